@@ -1,0 +1,45 @@
+#include "admin/limits_table.h"
+
+#include <stdexcept>
+
+namespace akadzed {
+
+void SetLimit(pg::Connection& conn, const LimitRow& row) {
+  if (row.key.empty()) throw std::invalid_argument("limit key must not be empty");
+  if (row.max_running && *row.max_running < 1) {
+    throw std::invalid_argument("--max-running must be at least 1");
+  }
+  if (row.max_starts && *row.max_starts < 1) {
+    throw std::invalid_argument("--max-starts must be at least 1");
+  }
+  if (row.max_starts.has_value() != row.starts_window_us.has_value()) {
+    throw std::invalid_argument("--max-starts and --starts-window go together");
+  }
+  if (row.starts_window_us && *row.starts_window_us <= 0) {
+    throw std::invalid_argument("--starts-window must be positive");
+  }
+  conn.exec(
+      "INSERT INTO akadze.limits (key, max_running, max_starts, starts_window)"
+      " VALUES ($1, $2::int, $3::int, $4::int8 * interval '1 microsecond')"
+      " ON CONFLICT (key) DO UPDATE SET max_running = EXCLUDED.max_running,"
+      "   max_starts = EXCLUDED.max_starts, starts_window = EXCLUDED.starts_window",
+      pg::Params().add(row.key).add(row.max_running).add(row.max_starts).add(row.starts_window_us));
+}
+
+std::vector<LimitRow> ListLimits(pg::Connection& conn) {
+  pg::Result r = conn.exec(
+      "SELECT key, max_running, max_starts,"
+      " (EXTRACT(EPOCH FROM starts_window) * 1000000)::int8 FROM akadze.limits ORDER BY key");
+  std::vector<LimitRow> rows;
+  for (int i = 0; i < r.rows(); ++i) {
+    rows.push_back(LimitRow{std::string(r.text(i, 0)), r.optional_int64(i, 1),
+                            r.optional_int64(i, 2), r.optional_int64(i, 3)});
+  }
+  return rows;
+}
+
+bool DeleteLimit(pg::Connection& conn, const std::string& key) {
+  return conn.exec("DELETE FROM akadze.limits WHERE key = $1", pg::Params().add(key)).affected() > 0;
+}
+
+}  // namespace akadzed

@@ -1,0 +1,296 @@
+#include "claim/claim_planner.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace akadzed {
+
+namespace {
+
+// States of a (group, stream) cell.
+constexpr char kRead = 0;     // the group's rows are read in this stream
+constexpr char kSkipped = 1;  // skipped: see ClaimPlanner::Skip
+constexpr char kCatchUp = 2;  // a catch-up read was requested and not added yet
+
+constexpr std::int64_t kMaxWindow = std::int64_t{1} << 24;
+
+}  // namespace
+
+bool ClaimsBefore(const ReadyRow& a, const ReadyRow& b) {
+  if (a.effective != b.effective) return a.effective > b.effective;
+  if (a.run_at_us != b.run_at_us) return a.run_at_us < b.run_at_us;
+  return a.id < b.id;
+}
+
+ClaimPlanner::ClaimPlanner(const ClaimPlannerOptions& options) : options_(options) {
+  if (options_.slots < 1) throw std::invalid_argument("ClaimPlanner: slots must be >= 1");
+  if (options_.stream_count < 1) throw std::invalid_argument("ClaimPlanner: no streams");
+  if (options_.first_window <= 0) options_.first_window = std::int64_t{options_.slots} * 4;
+  streams_.resize(static_cast<std::size_t>(options_.stream_count));
+  for (auto& s : streams_) s.next_window = options_.first_window;
+  groups_.push_back(Group{std::nullopt, true, kUnlimited, 0});  // the NULL-key group
+  skipped_.assign(static_cast<std::size_t>(options_.stream_count), kRead);
+}
+
+int ClaimPlanner::GroupFor(const std::optional<std::string>& key) {
+  if (!key) return 0;
+  auto it = group_by_key_.find(*key);
+  if (it != group_by_key_.end()) return it->second;
+  int g = static_cast<int>(groups_.size());
+  groups_.push_back(Group{key, false, 0, 0});
+  group_by_key_.emplace(*key, g);
+  skipped_.resize(groups_.size() * streams_.size(), kRead);
+  return g;
+}
+
+void ClaimPlanner::MergeNewRows(std::size_t first_new) {
+  if (first_new == rows_.size()) return;
+  auto before = [this](int a, int b) { return ClaimsBefore(rows_[a].data, rows_[b].data); };
+  std::size_t old_size = order_.size();
+  for (std::size_t i = first_new; i < rows_.size(); ++i) order_.push_back(static_cast<int>(i));
+  auto mid = order_.begin() + static_cast<std::ptrdiff_t>(old_size);
+  if (!std::is_sorted(mid, order_.end(), before)) std::sort(mid, order_.end(), before);
+  if (old_size > 0 && mid != order_.end() && before(*mid, *(mid - 1))) {
+    std::inplace_merge(order_.begin(), mid, order_.end(), before);
+  }
+}
+
+void ClaimPlanner::AddWindow(const WindowRead& read, std::span<const ReadyRow> rows,
+                             bool exhausted) {
+  Stream& stream = streams_.at(static_cast<std::size_t>(read.stream));
+  std::size_t first_new = rows_.size();
+  for (const ReadyRow& r : rows) {
+    if (row_by_id_.contains(r.id)) continue;
+    int g = GroupFor(r.limit_key);
+    row_by_id_.emplace(r.id, static_cast<int>(rows_.size()));
+    rows_.push_back(Row{r, g, false});
+  }
+  if (!rows.empty()) stream.frontier = rows.back();
+  if (exhausted) stream.exhausted = true;
+  MergeNewRows(first_new);
+}
+
+void ClaimPlanner::AddCatchUp(const CatchUpRead& read, std::span<const ReadyRow> rows) {
+  std::size_t first_new = rows_.size();
+  for (const ReadyRow& r : rows) {
+    if (row_by_id_.contains(r.id)) continue;
+    int g = GroupFor(r.limit_key);
+    row_by_id_.emplace(r.id, static_cast<int>(rows_.size()));
+    rows_.push_back(Row{r, g, false});
+  }
+  int g = GroupFor(read.limit_key);
+  skipped_[static_cast<std::size_t>(g) * streams_.size() + static_cast<std::size_t>(read.stream)] =
+      kRead;
+  MergeNewRows(first_new);
+}
+
+std::vector<std::string> ClaimPlanner::KeysNeedingState() const {
+  std::vector<std::string> keys;
+  for (const Group& g : groups_) {
+    if (!g.has_state) keys.push_back(*g.key);
+  }
+  return keys;
+}
+
+void ClaimPlanner::SetKeyAllowed(const std::string& key, std::int64_t allowed) {
+  int g = GroupFor(key);
+  groups_[static_cast<std::size_t>(g)].has_state = true;
+  groups_[static_cast<std::size_t>(g)].allowed = std::max<std::int64_t>(allowed, 0);
+}
+
+void ClaimPlanner::RemoveRows(std::span<const std::int64_t> ids) {
+  for (std::int64_t id : ids) {
+    auto it = row_by_id_.find(id);
+    if (it != row_by_id_.end()) rows_[static_cast<std::size_t>(it->second)].removed = true;
+  }
+}
+
+const ReadyRow* ClaimPlanner::Find(std::int64_t id) const {
+  auto it = row_by_id_.find(id);
+  return it == row_by_id_.end() ? nullptr : &rows_[static_cast<std::size_t>(it->second)].data;
+}
+
+bool ClaimPlanner::AtOrBefore(int r, const std::optional<ReadyRow>& bound) const {
+  if (!bound) return false;
+  return !ClaimsBefore(*bound, rows_[static_cast<std::size_t>(r)].data);
+}
+
+std::vector<WindowRead> ClaimPlanner::FirstReads() {
+  std::vector<WindowRead> reads;
+  std::vector<std::int64_t> no_rank;
+  std::vector<int> no_row;
+  for (int s = 0; s < options_.stream_count; ++s) reads.push_back(MakeRead(s, no_rank, no_row));
+  return reads;
+}
+
+WindowRead ClaimPlanner::MakeRead(int s, const std::vector<std::int64_t>& skip_rank,
+                                  const std::vector<int>& kth_row) {
+  Stream& stream = streams_[static_cast<std::size_t>(s)];
+  WindowRead read;
+  read.stream = s;
+  if (stream.frontier) read.after = stream.frontier->index_position();
+  read.limit = stream.next_window;
+  stream.next_window = std::min(stream.next_window * 2, kMaxWindow);
+  const std::size_t n_streams = streams_.size();
+  for (std::size_t g = 0; g < groups_.size() && g < skip_rank.size(); ++g) {
+    char& cell = skipped_[g * n_streams + static_cast<std::size_t>(s)];
+    if (cell == kRead) {
+      bool skippable = skip_rank[g] == 0 ||
+                       (kth_row[g] >= 0 && AtOrBefore(kth_row[g], stream.frontier));
+      if (!skippable) continue;
+      cell = kSkipped;
+      skips_.push_back(Skip{static_cast<int>(g), s, stream.frontier});
+    }
+    if (cell != kSkipped) continue;
+    if (g == 0) {
+      read.skip_null_key = true;
+    } else {
+      read.skip_keys.push_back(*groups_[g].key);
+    }
+  }
+  return read;
+}
+
+PlanStep ClaimPlanner::Plan() {
+  const bool fair = options_.mode == ClaimMode::kFair;
+  const auto slots = static_cast<std::size_t>(options_.slots);
+  for (const Group& g : groups_) {
+    if (!g.has_state) throw std::logic_error("ClaimPlanner::Plan: key without state: " + *g.key);
+  }
+
+  // B: every unread row lies after it. minus_infinity: some stream is unread.
+  bool all_exhausted = true;
+  bool minus_infinity = false;
+  std::optional<ReadyRow> bound;
+  for (const Stream& s : streams_) {
+    if (s.exhausted) continue;
+    all_exhausted = false;
+    if (!s.frontier) {
+      minus_infinity = true;
+    } else if (!bound || ClaimsBefore(*s.frontier, *bound)) {
+      bound = s.frontier;
+    }
+  }
+  auto exact = [&](int r) { return all_exhausted || (!minus_infinity && AtOrBefore(r, bound)); };
+
+  // One pass in claim order: ranks (turns), eligibility, candidates.
+  const std::size_t n_groups = groups_.size();
+  std::vector<std::int64_t> rank(n_groups, 0);
+  std::vector<int> kth_allowed(n_groups, -1);
+  std::vector<std::vector<int>> first_rows(fair ? n_groups : 0);
+  std::vector<int> plan;            // row indices, result order
+  std::vector<std::int64_t> turns;  // turn of each plan entry
+  std::vector<std::vector<int>> buckets(fair ? slots + 1 : 0);
+  plan.reserve(slots);
+  for (int idx : order_) {
+    const Row& row = rows_[static_cast<std::size_t>(idx)];
+    if (row.removed) continue;
+    const auto g = static_cast<std::size_t>(row.group);
+    const std::int64_t k = ++rank[g];
+    const std::int64_t allowed = groups_[g].allowed;
+    if (k == allowed) kth_allowed[g] = idx;
+    if (fair && k <= static_cast<std::int64_t>(slots)) first_rows[g].push_back(idx);
+    if (k > allowed) continue;  // past its key's n: dropped
+    if (!fair) {
+      if (plan.size() < slots) {
+        plan.push_back(idx);
+        turns.push_back(k);
+      }
+    } else if (k <= static_cast<std::int64_t>(slots)) {
+      buckets[static_cast<std::size_t>(k)].push_back(idx);
+    }
+  }
+
+  // Fair: order by (turn, claim order). T_cut: turn of the slots-th exact
+  // candidate (slots + 1 when there are fewer).
+  std::int64_t t_cut = static_cast<std::int64_t>(slots) + 1;
+  if (fair) {
+    std::size_t exact_seen = 0;
+    bool cut_found = false;
+    for (std::size_t t = 1; t <= slots; ++t) {
+      for (int idx : buckets[t]) {
+        if (plan.size() < slots) {
+          plan.push_back(idx);
+          turns.push_back(static_cast<std::int64_t>(t));
+        }
+        if (!cut_found && exact(idx) && ++exact_seen == slots) {
+          t_cut = static_cast<std::int64_t>(t);
+          cut_found = true;
+        }
+      }
+      if (plan.size() == slots && cut_found) break;
+    }
+  }
+
+  const bool plan_full = plan.size() == slots;
+  bool plan_exact = true;
+  for (int idx : plan) plan_exact = plan_exact && exact(idx);
+  const bool turn_one = !turns.empty() && turns.back() == 1;
+  PlanStep step;
+  step.settled = all_exhausted || (plan_full && plan_exact && (!fair || turn_one));
+
+  // Skip ranks: a group needs no row past its skip_rank-th live row.
+  std::vector<std::int64_t> skip_rank(n_groups);
+  std::vector<int> kth_row(n_groups, -1);
+  for (std::size_t g = 0; g < n_groups; ++g) {
+    std::int64_t k = groups_[g].allowed;
+    if (fair) k = std::min(k, t_cut - 1);
+    skip_rank[g] = k;
+    if (k == 0) continue;
+    if (k == groups_[g].allowed) {
+      kth_row[g] = kth_allowed[g];
+    } else if (static_cast<std::size_t>(k) <= first_rows[g].size()) {
+      kth_row[g] = first_rows[g][static_cast<std::size_t>(k - 1)];
+    }
+  }
+
+  // Skips that removed rows made unsafe: read what was skipped.
+  const std::size_t n_streams = streams_.size();
+  for (auto it = skips_.begin(); it != skips_.end();) {
+    const auto g = static_cast<std::size_t>(it->group);
+    bool still_safe = skip_rank[g] == 0 ||
+                      (kth_row[g] >= 0 && AtOrBefore(kth_row[g], it->complete_through));
+    if (still_safe) {
+      ++it;
+      continue;
+    }
+    const Stream& stream = streams_[static_cast<std::size_t>(it->stream)];
+    char& cell = skipped_[g * n_streams + static_cast<std::size_t>(it->stream)];
+    if (stream.frontier || stream.exhausted) {
+      CatchUpRead c;
+      c.stream = it->stream;
+      c.limit_key = groups_[g].key;
+      if (it->complete_through) c.after = it->complete_through->index_position();
+      if (!stream.exhausted) c.through = stream.frontier->index_position();
+      step.catch_ups.push_back(std::move(c));
+      cell = kCatchUp;
+    } else {
+      cell = kRead;  // nothing of that stream was read past the skip point
+    }
+    it = skips_.erase(it);
+  }
+  if (!step.catch_ups.empty()) step.settled = false;
+
+  if (step.settled) {
+    for (int idx : plan) step.plan.push_back(rows_[static_cast<std::size_t>(idx)].data.id);
+    return step;
+  }
+  for (int idx : plan) step.plan.push_back(rows_[static_cast<std::size_t>(idx)].data.id);
+
+  // Which streams to read: those still behind the last planned row when that
+  // row is all the claim waits for, else every unexhausted stream.
+  std::optional<ReadyRow> target;
+  if (plan_full && (!fair || turn_one)) target = rows_[static_cast<std::size_t>(plan.back())].data;
+  for (int s = 0; s < options_.stream_count; ++s) {
+    const Stream& stream = streams_[static_cast<std::size_t>(s)];
+    if (stream.exhausted) continue;
+    if (target && stream.frontier && !ClaimsBefore(*stream.frontier, *target)) continue;
+    step.reads.push_back(MakeRead(s, skip_rank, kth_row));
+  }
+  if (step.reads.empty() && step.catch_ups.empty()) {
+    throw std::logic_error("ClaimPlanner::Plan: not settled but nothing left to read");
+  }
+  return step;
+}
+
+}  // namespace akadzed

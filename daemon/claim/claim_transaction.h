@@ -1,0 +1,75 @@
+// The claim transaction: the I/O around ClaimPlanner (SPEC §3).
+//
+// One call claims from one queue in one transaction: read ready rows through
+// jobs_claim_idx in windows (slots * 4, doubling), lock and count newly seen
+// limit keys, let the planner decide, lock the plan with FOR UPDATE SKIP
+// LOCKED (reading on when rows were taken by someone else), mark the jobs
+// running and record their starts, commit.
+//
+// Per-key locks are transaction-level advisory locks on the key's name (a key
+// that falls back to the '*' row has no row of its own to lock). The first
+// lock a claim takes may wait; every later one is a try-lock, and a key whose
+// lock another claim holds is not claimed this time. So two claims meeting
+// keys in different orders never deadlock, and no two claims see the same
+// free slot of a key.
+//
+// Thread-safety: RunClaim uses the connection it is given; one claim per
+// connection at a time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "claim/claim_planner.h"
+#include "pg/connection.h"
+
+namespace akadzed {
+
+struct ClaimRequest {
+  std::string queue = "default";
+  int slots = 1;
+  ClaimMode mode = ClaimMode::kOrdered;
+  // Worker uuid written to claimed jobs; empty: a random one is made.
+  std::string worker_id;
+  // Plan and lock exactly as a real claim, then roll back.
+  bool dry_run = false;
+};
+
+struct ClaimedJob {
+  std::int64_t id = 0;
+  std::string task;
+  std::string queue;
+  std::optional<std::string> limit_key;
+  std::int32_t priority = 0;
+  std::int32_t attempt = 0;
+  std::int32_t max_attempts = 0;
+  std::int32_t run_count = 0;  // after the claim (the fencing token)
+  std::string args_json;       // never logged
+};
+
+struct ClaimResult {
+  std::vector<ClaimedJob> jobs;  // in claim order
+  int windows = 0;               // window reads issued
+  std::int64_t rows_read = 0;    // rows those reads (and catch-ups) returned
+  int lock_rounds = 0;           // FOR UPDATE SKIP LOCKED rounds
+  int keys_locked_elsewhere = 0; // keys skipped because another claim held them
+  bool paused = false;           // the queue is paused: nothing claimed
+  std::string worker_id;
+  double elapsed_ms = 0;
+};
+
+// Claims up to request.slots ready jobs of request.queue. Commits (or, for a
+// dry run, rolls back) before returning. Throws pg::PgError on database
+// errors (the transaction is rolled back) and std::invalid_argument for a bad
+// request (slots < 1, malformed worker id).
+ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request);
+
+// A random version-4 UUID in canonical text form.
+std::string RandomUuid();
+
+// True for a canonical 8-4-4-4-12 hex UUID.
+bool IsUuid(const std::string& text);
+
+}  // namespace akadzed

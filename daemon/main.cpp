@@ -1,0 +1,32 @@
+// akadzed: a worker daemon for jobs stored in PostgreSQL (the akadze model).
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/redact.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"akadzed: runs jobs stored in PostgreSQL", "akadzed"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("akadzed ") + AKADZED_VERSION);
+  akadzed::cli::Action action;
+  akadzed::cli::AddMigrateCommand(app, action);
+  akadzed::cli::AddClaimCommand(app, action);
+  akadzed::cli::AddLimitsCommand(app, action);
+  akadzed::cli::AddDemoCommand(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "akadzed: " << akadzed::OneLine(e.what()) << " (see akadzed --help)" << std::endl;
+    return akadzed::cli::kExitUsage;
+  }
+  if (!action) return akadzed::cli::kExitUsage;
+  return action();
+}

@@ -1,0 +1,70 @@
+#include "pg/pg_error.h"
+
+#include <string>
+
+#include "core/redact.h"
+
+namespace akadzed::pg {
+
+bool IsTransientSqlState(std::string_view s) {
+  return s == "40001"     // serialization_failure
+         || s == "40P01"  // deadlock_detected
+         || s == "55P03"  // lock_not_available
+         || s == "57P03"  // cannot_connect_now (server starting up)
+         || s == "53300"  // too_many_connections
+         || IsConnectionSqlState(s);
+}
+
+bool IsConnectionSqlState(std::string_view s) {
+  return s.starts_with("08")  // connection_exception class
+         || s == "57P01"      // admin_shutdown
+         || s == "57P02"      // crash_shutdown
+         || s == "57P03";     // cannot_connect_now
+}
+
+namespace {
+
+std::string Message(std::string_view what, std::string_view detail) {
+  std::string text(what);
+  std::string clean = OneLine(RedactSecrets(detail));
+  if (!clean.empty()) {
+    text += ": ";
+    text += clean;
+  }
+  return text;
+}
+
+}  // namespace
+
+void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
+                    bool during_commit) {
+  std::string sqlstate;
+  std::string detail;
+  if (result != nullptr) {
+    const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+    if (state != nullptr) sqlstate = state;
+    const char* primary = PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
+    detail = primary != nullptr ? primary : PQresultErrorMessage(result);
+  }
+  if (detail.empty() && conn != nullptr) detail = PQerrorMessage(conn);
+  if (detail.empty()) detail = "unknown libpq error";
+
+  const bool lost = (conn != nullptr && PQstatus(conn) == CONNECTION_BAD) ||
+                    IsConnectionSqlState(sqlstate) || (result == nullptr && sqlstate.empty());
+  std::string message = Message(what, detail);
+  if (lost) {
+    if (during_commit) {
+      throw InDoubtError("commit outcome unknown, " + message, sqlstate);
+    }
+    throw ConnectionError(message, sqlstate);
+  }
+  if (IsTransientSqlState(sqlstate)) throw TransientError(message, sqlstate);
+  throw SqlError(message, sqlstate);
+}
+
+void ThrowForConnection(PGconn* conn, std::string_view what) {
+  std::string detail = conn != nullptr ? PQerrorMessage(conn) : "out of memory";
+  throw ConnectionError(Message(what, detail), "");
+}
+
+}  // namespace akadzed::pg

@@ -1,0 +1,80 @@
+// Typed errors for everything that talks to PostgreSQL.
+//
+// Every libpq failure in akadzed is turned into one of these classes by
+// ThrowForResult() / ThrowForConnection() below, and nowhere else. Callers
+// decide what to do from the type alone:
+//   SqlError        the statement failed; the connection is usable once the
+//                   transaction is rolled back. Not worth retrying as is.
+//   TransientError  a SqlError that a retry of the whole transaction may cure
+//                   (serialization failure, deadlock, lock timeout).
+//   ConnectionError the connection is gone or unusable; discard it, reconnect
+//                   and retry. Always transient.
+//   InDoubtError    the connection broke while COMMIT was in flight: the
+//                   transaction may or may not have committed.
+// Messages never contain a password: they pass through RedactSecrets().
+//
+// Thread-safety: the classes are immutable values, safe to share.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace akadzed::pg {
+
+class PgError : public std::runtime_error {
+ public:
+  PgError(const std::string& message, std::string sqlstate)
+      : std::runtime_error(message), sqlstate_(std::move(sqlstate)) {}
+
+  // Five-character SQLSTATE, or "" when the error did not come from the server.
+  const std::string& sqlstate() const { return sqlstate_; }
+  // True when retrying the whole transaction (maybe on a new connection) may succeed.
+  virtual bool transient() const { return false; }
+  // True when the connection must be discarded.
+  virtual bool poisons_connection() const { return false; }
+
+ private:
+  std::string sqlstate_;
+};
+
+class SqlError : public PgError {
+ public:
+  using PgError::PgError;
+};
+
+class TransientError : public SqlError {
+ public:
+  using SqlError::SqlError;
+  bool transient() const override { return true; }
+};
+
+class ConnectionError : public PgError {
+ public:
+  using PgError::PgError;
+  bool transient() const override { return true; }
+  bool poisons_connection() const override { return true; }
+};
+
+class InDoubtError : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
+
+// True for SQLSTATEs after which a retry of the transaction may succeed.
+bool IsTransientSqlState(std::string_view sqlstate);
+// True for SQLSTATEs that mean the session is gone (class 08, admin shutdown, ...).
+bool IsConnectionSqlState(std::string_view sqlstate);
+
+// Throws the typed error for a failed result (result may be null: out of memory
+// or connection trouble). `what` names the operation for the message.
+// `during_commit` turns a lost connection into InDoubtError.
+[[noreturn]] void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
+                                 bool during_commit = false);
+
+// Throws ConnectionError for a connection that failed to open or broke.
+[[noreturn]] void ThrowForConnection(PGconn* conn, std::string_view what);
+
+}  // namespace akadzed::pg
