@@ -117,14 +117,11 @@ bool ClaimPlanner::AtOrBefore(int r, const std::optional<ReadyRow>& bound) const
 
 std::vector<WindowRead> ClaimPlanner::FirstReads() {
   std::vector<WindowRead> reads;
-  std::vector<std::int64_t> no_rank;
-  std::vector<int> no_row;
-  for (int s = 0; s < options_.stream_count; ++s) reads.push_back(MakeRead(s, no_rank, no_row));
+  for (int s = 0; s < options_.stream_count; ++s) reads.push_back(MakeRead(s));
   return reads;
 }
 
-WindowRead ClaimPlanner::MakeRead(int s, const std::vector<std::int64_t>& skip_rank,
-                                  const std::vector<int>& kth_row) {
+WindowRead ClaimPlanner::MakeRead(int s) {
   Stream& stream = streams_[static_cast<std::size_t>(s)];
   WindowRead read;
   read.stream = s;
@@ -132,12 +129,10 @@ WindowRead ClaimPlanner::MakeRead(int s, const std::vector<std::int64_t>& skip_r
   read.limit = stream.next_window;
   stream.next_window = std::min(stream.next_window * 2, kMaxWindow);
   const std::size_t n_streams = streams_.size();
-  for (std::size_t g = 0; g < groups_.size() && g < skip_rank.size(); ++g) {
+  for (std::size_t g = 0; g < groups_.size() && planned_; ++g) {
     char& cell = skipped_[g * n_streams + static_cast<std::size_t>(s)];
     if (cell == kRead) {
-      bool skippable = skip_rank[g] == 0 ||
-                       (kth_row[g] >= 0 && AtOrBefore(kth_row[g], stream.frontier));
-      if (!skippable) continue;
+      if (!SkipSafe(g, stream.frontier)) continue;
       cell = kSkipped;
       skips_.push_back(Skip{static_cast<int>(g), s, stream.frontier});
     }
@@ -149,6 +144,31 @@ WindowRead ClaimPlanner::MakeRead(int s, const std::vector<std::int64_t>& skip_r
     }
   }
   return read;
+}
+
+int ClaimPlanner::KthLiveRow(std::size_t g, std::int64_t k) const {
+  if (k == groups_[g].allowed) return kth_allowed_[g];
+  if (options_.mode == ClaimMode::kFair && k >= 1 &&
+      static_cast<std::size_t>(k) <= first_rows_[g].size()) {
+    return first_rows_[g][static_cast<std::size_t>(k - 1)];
+  }
+  return -1;
+}
+
+bool ClaimPlanner::SkipSafe(std::size_t g, const std::optional<ReadyRow>& c) const {
+  // With L = live rows of g at or before c, every later row of g is past its
+  // key's n (L >= n), or has a turn past the cut (L >= t_cut), or has the
+  // cut's turn but lies after the cut row (L >= t_cut - 1, cut row <= c).
+  auto rows_through = [&](std::int64_t k) {
+    if (k <= 0) return true;
+    int r = KthLiveRow(g, k);
+    return r >= 0 && AtOrBefore(r, c);
+  };
+  const std::int64_t allowed = groups_[g].allowed;
+  if (options_.mode != ClaimMode::kFair) return rows_through(allowed);
+  if (rows_through(std::min(allowed, t_cut_))) return true;
+  const bool cut_inside = cut_row_ < 0 || AtOrBefore(cut_row_, c);
+  return cut_inside && rows_through(t_cut_ - 1);
 }
 
 PlanStep ClaimPlanner::Plan() {
@@ -176,8 +196,10 @@ PlanStep ClaimPlanner::Plan() {
   // One pass in claim order: ranks (turns), eligibility, candidates.
   const std::size_t n_groups = groups_.size();
   std::vector<std::int64_t> rank(n_groups, 0);
-  std::vector<int> kth_allowed(n_groups, -1);
-  std::vector<std::vector<int>> first_rows(fair ? n_groups : 0);
+  std::vector<int>& kth_allowed = kth_allowed_;
+  std::vector<std::vector<int>>& first_rows = first_rows_;
+  kth_allowed.assign(n_groups, -1);
+  first_rows.assign(fair ? n_groups : 0, {});
   std::vector<int> plan;            // row indices, result order
   std::vector<std::int64_t> turns;  // turn of each plan entry
   std::vector<std::vector<int>> buckets(fair ? slots + 1 : 0);
@@ -189,7 +211,7 @@ PlanStep ClaimPlanner::Plan() {
     const std::int64_t k = ++rank[g];
     const std::int64_t allowed = groups_[g].allowed;
     if (k == allowed) kth_allowed[g] = idx;
-    if (fair && k <= static_cast<std::int64_t>(slots)) first_rows[g].push_back(idx);
+    if (fair && k <= static_cast<std::int64_t>(slots) + 1) first_rows[g].push_back(idx);
     if (k > allowed) continue;  // past its key's n: dropped
     if (!fair) {
       if (plan.size() < slots) {
@@ -201,24 +223,25 @@ PlanStep ClaimPlanner::Plan() {
     }
   }
 
-  // Fair: order by (turn, claim order). T_cut: turn of the slots-th exact
-  // candidate (slots + 1 when there are fewer).
+  // Fair: order by (turn, claim order). The cut (t_cut, cut_row) is the
+  // slots-th exact candidate: the result's last entry is never after it.
+  // Fewer exact candidates: t_cut = slots + 1 and no cut row.
   std::int64_t t_cut = static_cast<std::int64_t>(slots) + 1;
+  int cut_row = -1;
   if (fair) {
     std::size_t exact_seen = 0;
-    bool cut_found = false;
     for (std::size_t t = 1; t <= slots; ++t) {
       for (int idx : buckets[t]) {
         if (plan.size() < slots) {
           plan.push_back(idx);
           turns.push_back(static_cast<std::int64_t>(t));
         }
-        if (!cut_found && exact(idx) && ++exact_seen == slots) {
+        if (cut_row < 0 && exact(idx) && ++exact_seen == slots) {
           t_cut = static_cast<std::int64_t>(t);
-          cut_found = true;
+          cut_row = idx;
         }
       }
-      if (plan.size() == slots && cut_found) break;
+      if (plan.size() == slots && cut_row >= 0) break;
     }
   }
 
@@ -229,28 +252,15 @@ PlanStep ClaimPlanner::Plan() {
   PlanStep step;
   step.settled = all_exhausted || (plan_full && plan_exact && (!fair || turn_one));
 
-  // Skip ranks: a group needs no row past its skip_rank-th live row.
-  std::vector<std::int64_t> skip_rank(n_groups);
-  std::vector<int> kth_row(n_groups, -1);
-  for (std::size_t g = 0; g < n_groups; ++g) {
-    std::int64_t k = groups_[g].allowed;
-    if (fair) k = std::min(k, t_cut - 1);
-    skip_rank[g] = k;
-    if (k == 0) continue;
-    if (k == groups_[g].allowed) {
-      kth_row[g] = kth_allowed[g];
-    } else if (static_cast<std::size_t>(k) <= first_rows[g].size()) {
-      kth_row[g] = first_rows[g][static_cast<std::size_t>(k - 1)];
-    }
-  }
+  t_cut_ = t_cut;
+  cut_row_ = cut_row;
+  planned_ = true;
 
   // Skips that removed rows made unsafe: read what was skipped.
   const std::size_t n_streams = streams_.size();
   for (auto it = skips_.begin(); it != skips_.end();) {
     const auto g = static_cast<std::size_t>(it->group);
-    bool still_safe = skip_rank[g] == 0 ||
-                      (kth_row[g] >= 0 && AtOrBefore(kth_row[g], it->complete_through));
-    if (still_safe) {
+    if (SkipSafe(g, it->complete_through)) {
       ++it;
       continue;
     }
@@ -285,7 +295,7 @@ PlanStep ClaimPlanner::Plan() {
     const Stream& stream = streams_[static_cast<std::size_t>(s)];
     if (stream.exhausted) continue;
     if (target && stream.frontier && !ClaimsBefore(*stream.frontier, *target)) continue;
-    step.reads.push_back(MakeRead(s, skip_rank, kth_row));
+    step.reads.push_back(MakeRead(s));
   }
   if (step.reads.empty() && step.catch_ups.empty()) {
     throw std::logic_error("ClaimPlanner::Plan: not settled but nothing left to read");

@@ -172,8 +172,13 @@ class ClaimPlanner {
 
   int GroupFor(const std::optional<std::string>& key);
   void MergeNewRows(std::size_t first_new);
-  WindowRead MakeRead(int stream, const std::vector<std::int64_t>& skip_rank,
-                      const std::vector<int>& kth_row);
+  // True when group g may be skipped in a stream whose rows of g are all
+  // known up to c (see the header comment). Valid after Plan().
+  bool SkipSafe(std::size_t g, const std::optional<ReadyRow>& c) const;
+  // Row index of g's k-th live row in claim order, or -1 (not known/kept).
+  int KthLiveRow(std::size_t g, std::int64_t k) const;
+  // The next window of `stream`, skipping every group SkipSafe() allows.
+  WindowRead MakeRead(int stream);
   // True when row index `r` is at or before `bound` in claim order
   // (nullopt bound: before everything).
   bool AtOrBefore(int r, const std::optional<ReadyRow>& bound) const;
@@ -187,6 +192,15 @@ class ClaimPlanner {
   std::vector<Stream> streams_;
   std::vector<Skip> skips_;
   std::vector<char> skipped_;              // [group * stream_count + stream]
+  // Computed by Plan(), used by SkipSafe(): per group, the row index of its
+  // rank-n live row (n = its key's allowance) and of its first slots + 1 live
+  // rows (fair); the fair cut: the turn and row of the slots-th exact
+  // candidate (slots + 1 and -1 when there are fewer).
+  bool planned_ = false;
+  std::vector<int> kth_allowed_;
+  std::vector<std::vector<int>> first_rows_;
+  std::int64_t t_cut_ = 0;
+  int cut_row_ = -1;
 };
 
 }  // namespace akadzed
