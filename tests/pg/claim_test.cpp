@@ -1,0 +1,281 @@
+// The claim transaction against a real PostgreSQL: akadze's done-criteria for
+// limits, readiness, pauses, '*' rows, held keys, key locks held by another
+// claim, rows locked by another transaction, dry runs, windows.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "admin/limits_table.h"
+#include "claim/claim_transaction.h"
+#include "pg/transaction.h"
+#include "support/test_cluster.h"
+
+namespace akadzed {
+namespace {
+
+using Ids = std::vector<std::int64_t>;
+
+std::int64_t Enqueue(pg::Connection& conn, std::optional<std::string> key, int priority = 0,
+                     const std::string& queue = "q", const std::string& run_at = "now() - interval '1 minute'") {
+  return conn
+      .exec("INSERT INTO akadze.jobs (task, queue, priority, limit_key, run_at) VALUES ('t', $1, $2, $3, " +
+                run_at + ") RETURNING id",
+            pg::Params().add(queue).add(priority).add(key))
+      .int64(0, 0);
+}
+
+Ids ClaimIds(pg::Connection& conn, int slots, ClaimMode mode = ClaimMode::kOrdered,
+             const std::string& queue = "q", bool dry_run = false) {
+  ClaimRequest r;
+  r.queue = queue;
+  r.slots = slots;
+  r.mode = mode;
+  r.dry_run = dry_run;
+  Ids ids;
+  for (const ClaimedJob& j : RunClaim(conn, r).jobs) ids.push_back(j.id);
+  return ids;
+}
+
+void Finish(pg::Connection& conn, std::int64_t id) {
+  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id = $1",
+            pg::Params().add(id));
+}
+
+std::string State(pg::Connection& conn, std::int64_t id) {
+  return std::string(
+      conn.exec("SELECT state FROM akadze.jobs WHERE id = $1", pg::Params().add(id)).text(0, 0));
+}
+
+TEST_CASE("max_running=1: one running, the second waits, a keyless job is claimed",
+          "[claim][limits]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  SetLimit(conn, LimitRow{"acct", 1, std::nullopt, std::nullopt});
+  std::int64_t first = Enqueue(conn, "acct");
+  std::int64_t second = Enqueue(conn, "acct");
+  std::int64_t free_job = Enqueue(conn, std::nullopt);
+
+  CHECK(ClaimIds(conn, 10) == Ids{first, free_job});
+  CHECK(State(conn, second) == "queued");
+  CHECK(ClaimIds(conn, 10).empty());  // acct is at its limit
+  Finish(conn, first);
+  CHECK(ClaimIds(conn, 10) == Ids{second});
+}
+
+TEST_CASE("max_starts=1 per window: a second start waits for the window, other keys go on",
+          "[claim][limits]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  // A short window stands in for akadze's one minute.
+  SetLimit(conn, LimitRow{"mail", std::nullopt, 1, 1'000'000});
+  SetLimit(conn, LimitRow{"other", std::nullopt, std::nullopt, std::nullopt});
+  std::int64_t m1 = Enqueue(conn, "mail");
+  std::int64_t m2 = Enqueue(conn, "mail");
+  std::int64_t o1 = Enqueue(conn, "other");
+
+  auto started = std::chrono::steady_clock::now();
+  CHECK(ClaimIds(conn, 10) == Ids{m1, o1});
+  Finish(conn, m1);  // not running any more, but its start still counts
+  std::int64_t o2 = Enqueue(conn, "other");
+  CHECK(ClaimIds(conn, 10) == Ids{o2});
+  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts WHERE key = 'mail'").int64(0, 0) == 1);
+  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts WHERE key = 'other'").int64(0, 0) == 0);
+
+  // Claim until the window has passed (polling a condition, not sleeping a guess).
+  Ids got;
+  auto deadline = started + std::chrono::seconds(20);
+  while (got.empty() && std::chrono::steady_clock::now() < deadline) {
+    got = ClaimIds(conn, 10);
+    if (got.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(got == Ids{m2});
+  CHECK(std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(900));
+  // The old mark was deleted when the key was counted; the new start left one.
+  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts WHERE key = 'mail'").int64(0, 0) == 1);
+}
+
+TEST_CASE("the '*' row applies per key; a key with no applicable row is held", "[claim][limits]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  std::int64_t typo = Enqueue(conn, "typo");
+  CHECK(ClaimIds(conn, 10).empty());  // no row, no '*': held
+
+  SetLimit(conn, LimitRow{"*", 1, std::nullopt, std::nullopt});
+  std::int64_t a1 = Enqueue(conn, "a");
+  std::int64_t a2 = Enqueue(conn, "a");
+  std::int64_t b1 = Enqueue(conn, "b");
+  // Each key gets its own max_running = 1 from '*'.
+  CHECK(ClaimIds(conn, 10) == Ids{typo, a1, b1});
+  CHECK(State(conn, a2) == "queued");
+
+  // A key's own row wins over '*'.
+  SetLimit(conn, LimitRow{"a", 3, std::nullopt, std::nullopt});
+  CHECK(ClaimIds(conn, 10) == Ids{a2});
+}
+
+TEST_CASE("running jobs of a key in any queue count against it", "[claim][limits]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  SetLimit(conn, LimitRow{"k", 2, std::nullopt, std::nullopt});
+  Enqueue(conn, "k", 0, "elsewhere");
+  REQUIRE(ClaimIds(conn, 1, ClaimMode::kOrdered, "elsewhere").size() == 1);
+  std::int64_t q1 = Enqueue(conn, "k");
+  Enqueue(conn, "k");
+  CHECK(ClaimIds(conn, 10) == Ids{q1});
+}
+
+TEST_CASE("only ready jobs are claimed, and none from a paused queue", "[claim]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  std::int64_t ready = Enqueue(conn, std::nullopt);
+  Enqueue(conn, std::nullopt, 0, "q", "now() + interval '1 hour'");  // future
+  std::int64_t cancelled = Enqueue(conn, std::nullopt);
+  std::int64_t expired = Enqueue(conn, std::nullopt);
+  std::int64_t done = Enqueue(conn, std::nullopt);
+  conn.exec("UPDATE akadze.jobs SET cancel_requested_at = now() WHERE id = $1", pg::Params().add(cancelled));
+  conn.exec("UPDATE akadze.jobs SET expires_at = now() - interval '1 second' WHERE id = $1",
+            pg::Params().add(expired));
+  Finish(conn, done);
+  Enqueue(conn, std::nullopt, 0, "other-queue");
+
+  conn.exec("INSERT INTO akadze.queue_pauses (queue) VALUES ('q')");
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 10;
+  ClaimResult paused = RunClaim(conn, r);
+  CHECK(paused.paused);
+  CHECK(paused.jobs.empty());
+  conn.exec("DELETE FROM akadze.queue_pauses WHERE queue = 'q'");
+  CHECK(ClaimIds(conn, 10) == Ids{ready});
+}
+
+TEST_CASE("a claim marks jobs running, fenced, and records starts of rate-limited keys",
+          "[claim]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  SetLimit(conn, LimitRow{"rated", std::nullopt, 5, 60'000'000});
+  SetLimit(conn, LimitRow{"capped", 5, std::nullopt, std::nullopt});
+  std::int64_t a = Enqueue(conn, "rated", 1);
+  std::int64_t b = Enqueue(conn, "capped");
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 5;
+  r.worker_id = "11111111-2222-4333-8444-555555555555";
+  ClaimResult res = RunClaim(conn, r);
+  REQUIRE(res.jobs.size() == 2);
+  CHECK(res.jobs[0].id == a);
+  CHECK(res.jobs[0].run_count == 1);
+  CHECK(res.jobs[0].limit_key == std::optional<std::string>("rated"));
+  pg::Result row = conn.exec(
+      "SELECT state, run_count, worker_id::text, started_at IS NOT NULL, attempt FROM akadze.jobs"
+      " WHERE id = $1",
+      pg::Params().add(b));
+  CHECK(row.text(0, 0) == "running");
+  CHECK(row.int64(0, 1) == 1);
+  CHECK(row.text(0, 2) == r.worker_id);
+  CHECK(row.boolean(0, 3));
+  CHECK(row.int64(0, 4) == 0);
+  CHECK(conn.exec("SELECT array_agg(key) FROM akadze.limit_starts").text(0, 0) == "{rated}");
+}
+
+TEST_CASE("a dry run plans and locks like a claim and changes nothing", "[claim]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  SetLimit(conn, LimitRow{"*", 1, 2, 60'000'000});
+  for (int i = 0; i < 20; ++i) Enqueue(conn, "k" + std::to_string(i % 4), i % 3);
+  Ids dry = ClaimIds(conn, 5, ClaimMode::kFair, "q", true);
+  Ids dry_again = ClaimIds(conn, 5, ClaimMode::kFair, "q", true);
+  CHECK(dry == dry_again);
+  CHECK(conn.exec("SELECT count(*) FROM akadze.jobs WHERE state <> 'queued' OR run_count <> 0")
+            .int64(0, 0) == 0);
+  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts").int64(0, 0) == 0);
+  CHECK(ClaimIds(conn, 5, ClaimMode::kFair) == dry);
+}
+
+TEST_CASE("the first window is slots x 4 rows", "[claim]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  conn.exec("INSERT INTO akadze.jobs (task, queue, run_at) SELECT 't', 'q', now() - i * interval '1 ms'"
+            " FROM generate_series(1, 1000) i");
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 3;
+  r.dry_run = true;
+  ClaimResult res = RunClaim(conn, r);
+  CHECK(res.jobs.size() == 3);
+  CHECK(res.windows == 1);
+  CHECK(res.rows_read == 12);
+}
+
+std::string DatabaseOf(pg::Connection& conn) {
+  return test::Cluster().conninfo(std::string(conn.exec("SELECT current_database()").text(0, 0)));
+}
+
+TEST_CASE("rows another transaction holds are skipped: the next ones are claimed", "[claim][locks]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  std::int64_t j1 = Enqueue(conn, std::nullopt, 3);
+  std::int64_t j2 = Enqueue(conn, std::nullopt, 3);
+  std::int64_t j3 = Enqueue(conn, std::nullopt, 2);
+  pg::Connection other = pg::Connection::Open(DatabaseOf(conn));
+  pg::Transaction holder(other);
+  holder.exec("SELECT id FROM akadze.jobs WHERE id = $1 FOR UPDATE", pg::Params().add(j1));
+  CHECK(ClaimIds(conn, 2) == Ids{j2, j3});
+  holder.rollback();
+  CHECK(ClaimIds(conn, 2) == Ids{j1});
+}
+
+TEST_CASE("a key whose lock another claim holds is skipped without waiting", "[claim][locks]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  std::string db(conn.exec("SELECT current_database()").text(0, 0));
+  SetLimit(conn, LimitRow{"*", 5, std::nullopt, std::nullopt});
+  std::int64_t b1 = Enqueue(conn, "b", 5);  // seen first: its lock may wait
+  std::int64_t a1 = Enqueue(conn, "a", 1);  // its lock is held elsewhere
+  std::int64_t n1 = Enqueue(conn, std::nullopt, 0);
+
+  pg::Connection other = pg::Connection::Open(test::Cluster().conninfo(db));
+  pg::Transaction holder(other);
+  holder.exec("SELECT pg_advisory_xact_lock(hashtextextended('akadze.limit_key:' || 'a', 0))");
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 10;
+  ClaimResult res = RunClaim(conn, r);
+  Ids ids;
+  for (const auto& j : res.jobs) ids.push_back(j.id);
+  CHECK(ids == Ids{b1, n1});
+  CHECK(res.keys_locked_elsewhere == 1);
+  holder.rollback();
+  CHECK(ClaimIds(conn, 10) == Ids{a1});
+}
+
+TEST_CASE("the first key lock waits, then counts what the holder committed", "[claim][locks]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  SetLimit(conn, LimitRow{"a", 1, std::nullopt, std::nullopt});
+  std::int64_t a1 = Enqueue(conn, "a");
+  std::int64_t a2 = Enqueue(conn, "a");
+  REQUIRE(ClaimIds(conn, 10) == Ids{a1});
+
+  // Another claim holds a's lock and, inside its transaction, finishes a1.
+  pg::Connection other = pg::Connection::Open(DatabaseOf(conn));
+  pg::Transaction holder(other);
+  holder.exec("SELECT pg_advisory_xact_lock(hashtextextended('akadze.limit_key:' || 'a', 0))");
+  Finish(other, a1);
+
+  // Our claim meets 'a' as its first key: it waits for the lock...
+  pg::Connection claimer = pg::Connection::Open(DatabaseOf(conn));
+  const int pid = claimer.backend_pid();
+  auto claim = std::async(std::launch::async, [&] { return ClaimIds(claimer, 10); });
+  pg::Connection watcher = pg::Connection::Open(DatabaseOf(conn));
+  bool waiting = false;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       !waiting && std::chrono::steady_clock::now() < deadline;) {
+    pg::Result w = watcher.exec("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                                pg::Params().add(pid));
+    waiting = w.rows() == 1 && w.boolean(0, 0);
+    if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(waiting);
+  CHECK(claim.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
+  // ...and once the holder commits, counts a1 as finished and takes a2.
+  holder.commit();
+  CHECK(claim.get() == Ids{a2});
+}
+
+}  // namespace
+}  // namespace akadzed
