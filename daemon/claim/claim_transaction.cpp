@@ -108,51 +108,31 @@ struct KeyInfo {
   bool records_starts = false;  // its applicable row caps starts
 };
 
-// Locks `keys` (the first may wait when `may_wait`), then counts running jobs
-// and starts for the locked ones with a new statement, so the counts include
-// every claim that held a key's lock before us. Returns per-key info; keys
-// another claim holds get allowed = 0.
-std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
-                                                          std::vector<std::string> keys,
-                                                          bool may_wait, int* locked_elsewhere) {
-  std::unordered_map<std::string, KeyInfo> info;
-  std::vector<std::string> locked;
-  if (may_wait && !keys.empty()) {
-    tx.exec(std::string("SELECT pg_advisory_xact_lock(") + kKeyLock + ") FROM (SELECT $1::text AS k) x",
-            pg::Params().add(keys.front()));
-    locked.push_back(keys.front());
-    keys.erase(keys.begin());
-  }
-  if (!keys.empty()) {
-    pg::Result r = tx.exec(std::string("SELECT k, pg_try_advisory_xact_lock(") + kKeyLock +
-                               ") FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n",
-                           pg::Params().add_array(keys));
-    for (int i = 0; i < r.rows(); ++i) {
-      if (r.boolean(i, 1)) {
-        locked.emplace_back(r.text(i, 0));
-      } else {
-        info[std::string(r.text(i, 0))] = KeyInfo{0, false};
-        ++*locked_elsewhere;
-      }
-    }
-  }
-  if (locked.empty()) return info;
-  // A new statement: its snapshot is taken after the locks were granted.
-  pg::Result r = tx.exec(
+// Reads each key's applicable limits and counts its running jobs and starts.
+// With `purge`, also deletes start marks older than the key's window (only
+// under the key's lock).
+std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx,
+                                                   const std::vector<std::string>& keys,
+                                                   bool purge) {
+  static const std::string kWith =
       "WITH k AS ("
       "  SELECT u.key, l.key IS NOT NULL AS has_row, l.max_running, l.max_starts, l.starts_window"
       "  FROM unnest($1::text[]) AS u(key)"
       "  LEFT JOIN LATERAL (SELECT * FROM akadze.limits l WHERE l.key IN (u.key, '*')"
-      "                     ORDER BY l.key = '*' LIMIT 1) l ON true),"
-      " purge AS ("
+      "                     ORDER BY l.key = '*' LIMIT 1) l ON true)";
+  static const std::string kPurge =
+      ", purge AS ("
       "  DELETE FROM akadze.limit_starts s USING k"
-      "  WHERE s.key = k.key AND (k.starts_window IS NULL OR s.started_at <= now() - k.starts_window))"
+      "  WHERE s.key = k.key AND (k.starts_window IS NULL OR s.started_at <= now() - k.starts_window))";
+  static const std::string kSelect =
       " SELECT k.key, k.has_row, k.max_running, k.max_starts,"
-      "  (SELECT count(*) FROM akadze.jobs j WHERE j.state = 'running' AND j.limit_key = k.key),"
+      "  CASE WHEN k.max_running IS NOT NULL THEN (SELECT count(*) FROM akadze.jobs j"
+      "       WHERE j.state = 'running' AND j.limit_key = k.key) ELSE 0 END,"
       "  CASE WHEN k.max_starts IS NOT NULL THEN (SELECT count(*) FROM akadze.limit_starts s"
       "       WHERE s.key = k.key AND s.started_at > now() - k.starts_window) ELSE 0 END"
-      " FROM k",
-      pg::Params().add_array(locked));
+      " FROM k";
+  pg::Result r = tx.exec(kWith + (purge ? kPurge : "") + kSelect, pg::Params().add_array(keys));
+  std::unordered_map<std::string, KeyInfo> info;
   for (int i = 0; i < r.rows(); ++i) {
     ApplicableLimits limits;
     limits.exists = r.boolean(i, 1);
@@ -162,6 +142,51 @@ std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
     info[std::string(r.text(i, 0))] =
         KeyInfo{StartsAllowed(limits, counts), limits.exists && limits.max_starts.has_value()};
   }
+  return info;
+}
+
+// Decides how many jobs each of `keys` may start in this claim.
+//
+// First a count without locks: a key that is held or at its limit there is
+// skipped without being locked (a job finishing meanwhile is simply seen by a
+// later claim, as if it had finished after this one). Keys that look free are
+// locked, the first may wait when `may_wait`, the rest are try-locks, and
+// counted again with a new statement, whose snapshot includes every claim
+// that held a key's lock before us: no two claims see the same free slot. A
+// key another claim holds gets allowed = 0.
+std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
+                                                          const std::vector<std::string>& keys,
+                                                          bool* may_wait, int* locked_elsewhere) {
+  std::unordered_map<std::string, KeyInfo> info = CountKeys(tx, keys, /*purge=*/false);
+  std::vector<std::string> candidates;
+  for (const std::string& key : keys) {
+    if (info[key].allowed > 0) candidates.push_back(key);
+  }
+  std::vector<std::string> locked;
+  if (*may_wait && !candidates.empty()) {
+    tx.exec(std::string("SELECT pg_advisory_xact_lock(") + kKeyLock + ") FROM (SELECT $1::text AS k) x",
+            pg::Params().add(candidates.front()));
+    *may_wait = false;
+    locked.push_back(candidates.front());
+    candidates.erase(candidates.begin());
+  }
+  if (!candidates.empty()) {
+    pg::Result r = tx.exec(std::string("SELECT k, pg_try_advisory_xact_lock(") + kKeyLock +
+                               ") FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n",
+                           pg::Params().add_array(candidates));
+    for (int i = 0; i < r.rows(); ++i) {
+      std::string key(r.text(i, 0));
+      if (r.boolean(i, 1)) {
+        locked.push_back(std::move(key));
+      } else {
+        info[key] = KeyInfo{0, false};
+        ++*locked_elsewhere;
+      }
+    }
+  }
+  if (locked.empty()) return info;
+  // A new statement: its snapshot is taken after the locks were granted.
+  for (auto& [key, value] : CountKeys(tx, locked, /*purge=*/true)) info[key] = value;
   return info;
 }
 
@@ -238,8 +263,9 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
     }
     std::vector<std::string> fresh = planner.KeysNeedingState();
     if (!fresh.empty()) {
-      auto info = LockAndCountKeys(tx, fresh, !holds_lock, &result.keys_locked_elsewhere);
-      holds_lock = true;
+      bool may_wait = !holds_lock;
+      auto info = LockAndCountKeys(tx, fresh, &may_wait, &result.keys_locked_elsewhere);
+      if (!may_wait) holds_lock = true;
       for (const std::string& key : fresh) {
         auto it = info.find(key);
         KeyInfo ki = it == info.end() ? KeyInfo{} : it->second;

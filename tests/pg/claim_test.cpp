@@ -246,18 +246,22 @@ TEST_CASE("a key whose lock another claim holds is skipped without waiting", "[c
 
 TEST_CASE("the first key lock waits, then counts what the holder committed", "[claim][locks]") {
   pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
-  SetLimit(conn, LimitRow{"a", 1, std::nullopt, std::nullopt});
+  SetLimit(conn, LimitRow{"a", 2, std::nullopt, std::nullopt});
   std::int64_t a1 = Enqueue(conn, "a");
   std::int64_t a2 = Enqueue(conn, "a");
-  REQUIRE(ClaimIds(conn, 10) == Ids{a1});
+  std::int64_t a3 = Enqueue(conn, "a");
+  REQUIRE(ClaimIds(conn, 1) == Ids{a1});
 
-  // Another claim holds a's lock and, inside its transaction, finishes a1.
+  // Another claim holds a's lock and, inside its transaction, takes a2: a
+  // has one free slot left and that claim is using it.
   pg::Connection other = pg::Connection::Open(DatabaseOf(conn));
   pg::Transaction holder(other);
   holder.exec("SELECT pg_advisory_xact_lock(hashtextextended('akadze.limit_key:' || 'a', 0))");
-  Finish(other, a1);
+  holder.exec("UPDATE akadze.jobs SET state = 'running', run_count = 1 WHERE id = $1",
+              pg::Params().add(a2));
 
-  // Our claim meets 'a' as its first key: it waits for the lock...
+  // Our claim sees a as free (a2's claim is not committed) and a is its first
+  // key: it waits for the lock...
   pg::Connection claimer = pg::Connection::Open(DatabaseOf(conn));
   const int pid = claimer.backend_pid();
   auto claim = std::async(std::launch::async, [&] { return ClaimIds(claimer, 10); });
@@ -272,9 +276,11 @@ TEST_CASE("the first key lock waits, then counts what the holder committed", "[c
   }
   REQUIRE(waiting);
   CHECK(claim.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
-  // ...and once the holder commits, counts a1 as finished and takes a2.
+  // ...and once the holder commits, counts again, sees a1 and a2 running and
+  // takes nothing: the same free slot is never given twice.
   holder.commit();
-  CHECK(claim.get() == Ids{a2});
+  CHECK(claim.get().empty());
+  CHECK(State(conn, a3) == "queued");
 }
 
 }  // namespace
