@@ -15,6 +15,17 @@ int main(int argc, char** argv) {
   akadzed::cli::AddClaimCommand(app, action);
   akadzed::cli::AddLimitsCommand(app, action);
   akadzed::cli::AddDemoCommand(app, action);
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) {
+      std::cerr << "akadzed: unknown command '" << akadzed::OneLine(akadzed::RedactSecrets(argv[1]))
+                << "' (see akadzed --help)" << std::endl;
+      return akadzed::cli::kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -24,7 +35,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "akadzed: " << akadzed::OneLine(e.what()) << " (see akadzed --help)" << std::endl;
+    // CLI11 echoes stray arguments, which may be a database URL with a password.
+    std::cerr << "akadzed: " << akadzed::OneLine(akadzed::RedactSecrets(e.what()))
+              << " (see akadzed --help)" << std::endl;
     return akadzed::cli::kExitUsage;
   }
   if (!action) return akadzed::cli::kExitUsage;

@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <regex>
+#include <string>
+#include <vector>
 
 namespace akadzed {
 
@@ -14,6 +16,58 @@ std::string RedactSecrets(std::string_view text) {
   std::string out = std::regex_replace(std::string(text), kUrlPassword, "$1:***@");
   out = std::regex_replace(out, kKeywordPassword, "$1***");
   return out;
+}
+
+namespace {
+
+std::string PercentDecode(std::string_view in) {
+  std::string out;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '%' && i + 2 < in.size() && std::isxdigit(static_cast<unsigned char>(in[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(in[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(std::string(in.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(in[i]);
+    }
+  }
+  return out;
+}
+
+void ReplaceAll(std::string& text, const std::string& secret) {
+  if (secret.empty()) return;
+  for (std::size_t pos = text.find(secret); pos != std::string::npos;
+       pos = text.find(secret, pos + 3)) {
+    text.replace(pos, secret.size(), "***");
+  }
+}
+
+}  // namespace
+
+std::string RedactSecrets(std::string_view text, std::string_view conninfo) {
+  static const std::regex kUrlPassword(R"([A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:([^@\s]*)@)");
+  static const std::regex kKeyword(R"(password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]+))",
+                                   std::regex::icase);
+  std::vector<std::string> secrets;
+  std::string info(conninfo);
+  for (std::sregex_iterator it(info.begin(), info.end(), kUrlPassword), end; it != end; ++it) {
+    secrets.push_back((*it)[1]);
+  }
+  for (std::sregex_iterator it(info.begin(), info.end(), kKeyword), end; it != end; ++it) {
+    std::string value = (*it)[1];
+    if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'') {
+      value = value.substr(1, value.size() - 2);
+    }
+    secrets.push_back(value);
+  }
+  std::string out(text);
+  for (const std::string& secret : secrets) {
+    // Longest forms first so a decoded secret inside the raw one is not half-replaced.
+    std::string decoded = PercentDecode(secret);
+    ReplaceAll(out, secret);
+    ReplaceAll(out, decoded);
+  }
+  return RedactSecrets(out);
 }
 
 std::string TruncateUtf8(std::string_view text, std::size_t max_bytes) {

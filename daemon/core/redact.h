@@ -13,6 +13,11 @@ namespace akadzed {
 // keywords. Everything else is left as is.
 std::string RedactSecrets(std::string_view text);
 
+// Like RedactSecrets(text), and also replaces every occurrence in `text` of
+// the password(s) that `conninfo` (a libpq URL or keyword string) carries,
+// raw and percent-decoded: libpq sometimes quotes a bad password alone.
+std::string RedactSecrets(std::string_view text, std::string_view conninfo);
+
 // Returns `text` cut to at most `max_bytes` bytes without splitting a UTF-8
 // sequence; "..." marks a cut.
 std::string TruncateUtf8(std::string_view text, std::size_t max_bytes);

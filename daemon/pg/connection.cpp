@@ -30,7 +30,7 @@ Connection Connection::Open(const std::string& conninfo, std::string_view applic
   PGconn* raw = PQconnectdbParams(keywords, values, 1);
   if (raw == nullptr || PQstatus(raw) != CONNECTION_OK) {
     std::unique_ptr<PGconn, decltype(&PQfinish)> guard(raw, &PQfinish);
-    ThrowForConnection(raw, "cannot connect to PostgreSQL");
+    ThrowForConnection(raw, "cannot connect to PostgreSQL", conninfo);
   }
   return Connection(raw);
 }

@@ -62,9 +62,9 @@ void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
   throw SqlError(message, sqlstate);
 }
 
-void ThrowForConnection(PGconn* conn, std::string_view what) {
+void ThrowForConnection(PGconn* conn, std::string_view what, std::string_view conninfo) {
   std::string detail = conn != nullptr ? PQerrorMessage(conn) : "out of memory";
-  throw ConnectionError(Message(what, detail), "");
+  throw ConnectionError(Message(what, RedactSecrets(detail, conninfo)), "");
 }
 
 }  // namespace akadzed::pg

@@ -75,6 +75,10 @@ bool IsConnectionSqlState(std::string_view sqlstate);
                                  bool during_commit = false);
 
 // Throws ConnectionError for a connection that failed to open or broke.
-[[noreturn]] void ThrowForConnection(PGconn* conn, std::string_view what);
+// `conninfo`, when given, is what the connection was opened with: any
+// password it carries is removed from the message even where libpq quotes it
+// alone.
+[[noreturn]] void ThrowForConnection(PGconn* conn, std::string_view what,
+                                     std::string_view conninfo = {});
 
 }  // namespace akadzed::pg

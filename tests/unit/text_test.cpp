@@ -53,6 +53,15 @@ TEST_CASE("passwords are redacted from URLs and conninfo strings", "[redact]") {
   CHECK(RedactSecrets("no secrets here") == "no secrets here");
 }
 
+TEST_CASE("passwords of a conninfo are redacted even when quoted alone", "[redact]") {
+  CHECK(RedactSecrets("invalid percent-encoded token: \"secret%zz\"",
+                      "postgresql://bob:secret%zz@/db") ==
+        "invalid percent-encoded token: \"***\"");
+  CHECK(RedactSecrets("bad value p@ss w0rd", "host=x password='p@ss w0rd'") == "bad value ***");
+  CHECK(RedactSecrets("decoded a:b here", "postgres://u:a%3Ab@h/d") == "decoded *** here");
+  CHECK(RedactSecrets("nothing to hide", "host=/tmp dbname=x") == "nothing to hide");
+}
+
 TEST_CASE("text is cut without splitting UTF-8 and kept on one line", "[redact]") {
   CHECK(TruncateUtf8("hello", 10) == "hello");
   CHECK(TruncateUtf8("hello world", 8) == "hello...");

@@ -1,0 +1,643 @@
+// Tests of the libpq layer (daemon/pg): Params encoding (NULLs, text[] and
+// int8[] literals), Result accessors, Transaction commit and rollback, and the
+// typed errors of pg_error.h, each provoked for real against the throwaway
+// PostgreSQL: syntax errors, deadlocks, serialization failures, lock timeouts,
+// killed backends, a COMMIT on a dead connection, connection failures whose
+// messages must not leak passwords.
+#include <libpq-fe.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <limits>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pg/connection.h"
+#include "pg/params.h"
+#include "pg/pg_error.h"
+#include "pg/result.h"
+#include "pg/transaction.h"
+#include "support/test_cluster.h"
+
+namespace akadzed {
+namespace {
+
+using pg::Connection;
+using pg::Params;
+using pg::Result;
+using pg::Transaction;
+
+// What a call threw, described by the most derived pg error class.
+struct Caught {
+  std::string kind = "none";  // none, InDoubtError, ConnectionError, TransientError,
+                              // SqlError, PgError, other
+  std::string sqlstate;
+  std::string message;
+  bool transient = false;
+  bool poisons = false;
+};
+
+Caught Describe(std::string kind, const pg::PgError& e) {
+  return Caught{std::move(kind), e.sqlstate(), e.what(), e.transient(), e.poisons_connection()};
+}
+
+template <typename F>
+Caught Capture(F&& body) {
+  try {
+    body();
+  } catch (const pg::InDoubtError& e) {
+    return Describe("InDoubtError", e);
+  } catch (const pg::ConnectionError& e) {
+    return Describe("ConnectionError", e);
+  } catch (const pg::TransientError& e) {
+    return Describe("TransientError", e);
+  } catch (const pg::SqlError& e) {
+    return Describe("SqlError", e);
+  } catch (const pg::PgError& e) {
+    return Describe("PgError", e);
+  } catch (const std::exception& e) {
+    return Caught{"other", "", e.what(), false, false};
+  }
+  return Caught{};
+}
+
+// Polls `condition` until it holds or `timeout` passes; returns whether it held.
+template <typename F>
+bool Eventually(F&& condition, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (condition()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // poll interval, not a wait
+  }
+}
+
+// True once the backend `pid` is blocked waiting for a heavyweight lock.
+bool WaitingForLock(Connection& monitor, int pid) {
+  Result r = monitor.exec("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                          Params().add(pid));
+  return r.rows() == 1 && !r.is_null(0, 0) && r.boolean(0, 0);
+}
+
+// Terminates `victim`'s backend from `killer` and waits until it is gone.
+bool TerminateBackend(Connection& killer, const Connection& victim) {
+  const int pid = victim.backend_pid();
+  Result r = killer.exec("SELECT pg_terminate_backend($1)", Params().add(pid));
+  if (!r.boolean(0, 0)) return false;
+  return Eventually([&] {
+    return killer.exec("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", Params().add(pid))
+               .int64(0, 0) == 0;
+  });
+}
+
+std::int64_t Count(Connection& conn, const std::string& table) {
+  return conn.exec("SELECT count(*) FROM " + table).int64(0, 0);
+}
+
+PGTransactionStatusType TxStatus(const Connection& conn) { return PQtransactionStatus(conn.raw()); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- Params
+
+TEST_CASE("pg: Params binds NULLs and scalar values", "[pg][params]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+  Params p;
+  p.add_null()
+      .add(std::optional<std::string>())
+      .add(std::optional<std::int64_t>())
+      .add(std::optional<std::string>("x"))
+      .add(std::optional<std::int64_t>(7))
+      .add("")
+      .add(std::numeric_limits<std::int64_t>::min())
+      .add(std::numeric_limits<std::int64_t>::max())
+      .add(true)
+      .add(false)
+      .add(-42)
+      .add(std::string("it's \"quoted\" \\ {a,b} NULL"));
+  REQUIRE(p.size() == 12);
+  std::vector<const char*> pointers = p.pointers();
+  REQUIRE(pointers.size() == 12);
+  CHECK(pointers[0] == nullptr);
+  CHECK(pointers[1] == nullptr);
+  CHECK(pointers[2] == nullptr);
+  CHECK(pointers[5] != nullptr);
+
+  Result r = conn.exec(
+      "SELECT $1::text IS NULL, $2::text IS NULL, $3::int8 IS NULL, $4::text, $5::int8,"
+      " $6::text IS NULL, $6::text = '', $7::int8, $8::int8, $9::bool, $10::bool, $11::int4,"
+      " $12::text",
+      p);
+  REQUIRE(r.rows() == 1);
+  CHECK(r.boolean(0, 0));
+  CHECK(r.boolean(0, 1));
+  CHECK(r.boolean(0, 2));
+  CHECK(r.text(0, 3) == "x");
+  CHECK(r.int64(0, 4) == 7);
+  CHECK_FALSE(r.boolean(0, 5));  // "" is an empty string, not NULL
+  CHECK(r.boolean(0, 6));
+  CHECK(r.int64(0, 7) == std::numeric_limits<std::int64_t>::min());
+  CHECK(r.int64(0, 8) == std::numeric_limits<std::int64_t>::max());
+  CHECK(r.boolean(0, 9));
+  CHECK_FALSE(r.boolean(0, 10));
+  CHECK(r.int64(0, 11) == -42);
+  // Scalars go over the wire verbatim: no array quoting applies to them.
+  CHECK(r.text(0, 12) == "it's \"quoted\" \\ {a,b} NULL");
+}
+
+TEST_CASE("pg: Params encodes text[] literals element for element", "[pg][params]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+  const std::vector<std::optional<std::string>> values = {
+      "plain",   "say \"hi\"", "back\\slash", "trailing\\", "a,b",     "{braces}", "",
+      "NULL",    std::nullopt, " padded ",    "line\nbreak", "tab\there", "\"",      "\\\"",
+      "ünïcødé", std::nullopt, "'single'"};
+
+  SECTION("optional elements, NULLs kept in place") {
+    Result r = conn.exec(
+        "SELECT v, v IS NULL FROM unnest($1::text[]) WITH ORDINALITY AS u(v, n) ORDER BY n",
+        Params().add_array(values));
+    REQUIRE(r.rows() == static_cast<int>(values.size()));
+    for (int i = 0; i < r.rows(); ++i) {
+      INFO("element " << i);
+      CHECK(r.optional_text(i, 0) == values[static_cast<std::size_t>(i)]);
+      CHECK(r.boolean(i, 1) == !values[static_cast<std::size_t>(i)].has_value());
+    }
+  }
+
+  SECTION("plain strings") {
+    std::vector<std::string> plain;
+    for (const auto& v : values) {
+      if (v) plain.push_back(*v);
+    }
+    Result r = conn.exec(
+        "SELECT v, v IS NULL FROM unnest($1::text[]) WITH ORDINALITY AS u(v, n) ORDER BY n",
+        Params().add_array(plain));
+    REQUIRE(r.rows() == static_cast<int>(plain.size()));
+    for (int i = 0; i < r.rows(); ++i) {
+      INFO("element " << i);
+      CHECK_FALSE(r.boolean(i, 1));  // not even the string "NULL" becomes NULL
+      CHECK(r.text(i, 0) == plain[static_cast<std::size_t>(i)]);
+    }
+  }
+
+  SECTION("empty arrays and single empty strings") {
+    Result r = conn.exec("SELECT cardinality($1::text[]), cardinality($2::text[]),"
+                         " cardinality($3::text[]), ($3::text[])[1] IS NULL",
+                         Params()
+                             .add_array(std::vector<std::string>{})
+                             .add_array(std::vector<std::string>{""})
+                             .add_array(std::vector<std::optional<std::string>>{std::nullopt}));
+    CHECK(r.int64(0, 0) == 0);
+    CHECK(r.int64(0, 1) == 1);
+    CHECK(r.int64(0, 2) == 1);
+    CHECK(r.boolean(0, 3));
+  }
+
+  SECTION("usable in = ANY()") {
+    Result r = conn.exec("SELECT 'a,b' = ANY($1::text[]), 'a' = ANY($1::text[])",
+                         Params().add_array(std::vector<std::string>{"a,b", "c"}));
+    CHECK(r.boolean(0, 0));
+    CHECK_FALSE(r.boolean(0, 1));
+  }
+}
+
+TEST_CASE("pg: Params encodes int8[] literals", "[pg][params]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const char* sql =
+      "SELECT v, v IS NULL FROM unnest($1::int8[]) WITH ORDINALITY AS u(v, n) ORDER BY n";
+
+  SECTION("plain") {
+    const std::vector<std::int64_t> values = {0, -1, 42, kMax, kMin};
+    Result r = conn.exec(sql, Params().add_array(values));
+    REQUIRE(r.rows() == static_cast<int>(values.size()));
+    for (int i = 0; i < r.rows(); ++i) CHECK(r.int64(i, 0) == values[static_cast<std::size_t>(i)]);
+  }
+  SECTION("with NULL elements") {
+    const std::vector<std::optional<std::int64_t>> values = {std::nullopt, 5, std::nullopt, kMin};
+    Result r = conn.exec(sql, Params().add_array(values));
+    REQUIRE(r.rows() == static_cast<int>(values.size()));
+    for (int i = 0; i < r.rows(); ++i) {
+      CHECK(r.optional_int64(i, 0) == values[static_cast<std::size_t>(i)]);
+    }
+  }
+  SECTION("empty") {
+    Result r = conn.exec("SELECT cardinality($1::int8[])",
+                         Params().add_array(std::vector<std::int64_t>{}));
+    CHECK(r.int64(0, 0) == 0);
+  }
+}
+
+// ---------------------------------------------------------------- Result
+
+TEST_CASE("pg: Result accessors", "[pg][result]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+
+  SECTION("typed cells") {
+    Result r = conn.exec(
+        "SELECT 42::int8, NULL::int8, 'x'::text, true, false, 1.5::float8, 'junk'::text, ''::text,"
+        " '-9223372036854775808'::int8, '12abc'::text, 'héllo'::text"
+        " FROM generate_series(1, 2)");
+    CHECK(r.rows() == 2);
+    CHECK(r.columns() == 11);
+    CHECK_FALSE(r.empty());
+    CHECK_FALSE(r.is_null(0, 0));
+    CHECK(r.is_null(1, 1));
+    CHECK(r.text(0, 0) == "42");
+    CHECK(r.text(0, 1).empty());
+    CHECK(r.optional_text(0, 1) == std::nullopt);
+    CHECK(r.optional_text(1, 2) == std::optional<std::string>("x"));
+    CHECK(r.int64(1, 0) == 42);
+    CHECK(r.optional_int64(0, 0) == std::optional<std::int64_t>(42));
+    CHECK(r.optional_int64(0, 1) == std::nullopt);
+    CHECK_THROWS_AS(r.int64(0, 1), std::runtime_error);   // NULL
+    CHECK_THROWS_AS(r.int64(0, 6), std::runtime_error);   // junk
+    CHECK_THROWS_AS(r.int64(0, 7), std::runtime_error);   // empty
+    CHECK_THROWS_AS(r.int64(0, 9), std::runtime_error);   // trailing junk
+    CHECK(r.int64(0, 8) == std::numeric_limits<std::int64_t>::min());
+    CHECK(r.boolean(0, 3));
+    CHECK_FALSE(r.boolean(0, 4));
+    CHECK(r.float64(0, 5) == 1.5);
+    CHECK(r.text(0, 10) == "héllo");
+    CHECK(r.text(0, 10).size() == 6);
+  }
+
+  SECTION("empty results") {
+    Result none = conn.exec("SELECT 1, 2 WHERE false");
+    CHECK(none.rows() == 0);
+    CHECK(none.columns() == 2);
+    CHECK(none.empty());
+    Result defaulted;
+    CHECK(defaulted.rows() == 0);
+    CHECK(defaulted.columns() == 0);
+    CHECK(defaulted.empty());
+    CHECK(defaulted.affected() == 0);
+  }
+
+  SECTION("affected rows") {
+    CHECK(conn.exec("CREATE TABLE t (x int)").affected() == 0);
+    CHECK(conn.exec("INSERT INTO t SELECT generate_series(1, 3)").affected() == 3);
+    CHECK(conn.exec("UPDATE t SET x = x + 10 WHERE x > 1").affected() == 2);
+    CHECK(conn.exec("UPDATE t SET x = 0 WHERE false").affected() == 0);
+    CHECK(conn.exec("DELETE FROM t WHERE x = $1", Params().add(1)).affected() == 1);
+    CHECK(conn.exec("DELETE FROM t").affected() == 2);
+  }
+
+  SECTION("several statements: the last one's result") {
+    Result r = conn.exec("SELECT 1; SELECT 2, 3");
+    REQUIRE(r.rows() == 1);
+    CHECK(r.columns() == 2);
+    CHECK(r.int64(0, 0) == 2);
+    CHECK(r.int64(0, 1) == 3);
+  }
+}
+
+// ---------------------------------------------------------------- Connection
+
+TEST_CASE("pg: Connection::Open sets application_name and reports its backend", "[pg][conn]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection a = Connection::Open(url);
+  CHECK(a.healthy());
+  CHECK(a.exec("SHOW application_name").text(0, 0) == "akadzed");
+  CHECK(a.exec("SELECT pg_backend_pid()").int64(0, 0) == a.backend_pid());
+
+  Connection b = Connection::Open(url, "akadzed test");
+  CHECK(b.exec("SHOW application_name").text(0, 0) == "akadzed test");
+  CHECK(b.backend_pid() != a.backend_pid());
+
+  // A conninfo that names one wins over the default.
+  Connection c = Connection::Open(url + " application_name=mine", "akadzed test");
+  CHECK(c.exec("SHOW application_name").text(0, 0) == "mine");
+
+  // Moving transfers ownership: the moved-to connection works.
+  Connection moved = std::move(c);
+  CHECK(moved.exec("SELECT 1").int64(0, 0) == 1);
+}
+
+TEST_CASE("pg: Connection::Open failures are ConnectionErrors without the password",
+          "[pg][conn][errors]") {
+  const std::string socket_dir = test::Cluster().socket_directory().string();
+  const std::string port = std::to_string(test::Cluster().port());
+  const std::vector<std::string> conninfos = {
+      // No such socket directory: fails fast.
+      "postgresql://bob:secret@/postgres?host=/nonexistent-akadzed-dir",
+      // libpq echoes the whole URI in this parse error.
+      "postgresql://bob:secret@[::1/postgres",
+      // libpq echoes the (bad) password token itself in this one.
+      "postgresql://bob:secret%zz@/postgres?host=/nonexistent-akadzed-dir",
+      // The real server, a role that does not exist.
+      "host=" + socket_dir + " port=" + port +
+          " user=akadzed_no_such_role password=secret dbname=postgres",
+      "host=/nonexistent-akadzed-dir password=secret port=5432",
+      "host=/nonexistent-akadzed-dir password='secret and more' port=5432",
+  };
+  for (const std::string& conninfo : conninfos) {
+    CAPTURE(conninfo);
+    Caught c = Capture([&] { Connection::Open(conninfo); });
+    CAPTURE(c.message);
+    CHECK(c.kind == "ConnectionError");
+    CHECK(c.poisons);
+    CHECK(c.transient);
+    CHECK(c.sqlstate.empty());
+    CHECK(c.message.find("secret") == std::string::npos);
+    CHECK(c.message.find('\n') == std::string::npos);
+    CHECK(c.message.rfind("cannot connect to PostgreSQL", 0) == 0);
+  }
+  // The message still says what went wrong.
+  Caught role = Capture([&] {
+    Connection::Open("host=" + socket_dir + " port=" + port +
+                     " user=akadzed_no_such_role password=secret dbname=postgres");
+  });
+  CHECK(role.message.find("akadzed_no_such_role") != std::string::npos);
+}
+
+// ---------------------------------------------------------------- Transaction
+
+TEST_CASE("pg: Transaction rolls back on destruction and commits on commit()", "[pg][tx]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection conn = Connection::Open(url);
+  Connection other = Connection::Open(url);
+  conn.exec("CREATE TABLE t (x int)");
+
+  SECTION("destruction without commit rolls back") {
+    {
+      Transaction tx(conn);
+      CHECK(TxStatus(conn) == PQTRANS_INTRANS);
+      tx.exec("INSERT INTO t VALUES (1)");
+      CHECK(tx.exec("SELECT count(*) FROM t").int64(0, 0) == 1);
+      CHECK(Count(other, "t") == 0);
+    }
+    CHECK(TxStatus(conn) == PQTRANS_IDLE);
+    CHECK(Count(conn, "t") == 0);
+    CHECK(Count(other, "t") == 0);
+  }
+
+  SECTION("an exception unwinding through it rolls back") {
+    try {
+      Transaction tx(conn);
+      tx.exec("INSERT INTO t VALUES ($1)", Params().add(2));
+      throw std::runtime_error("handler failed");
+    } catch (const std::runtime_error&) {
+    }
+    CHECK(TxStatus(conn) == PQTRANS_IDLE);
+    CHECK(Count(conn, "t") == 0);
+  }
+
+  SECTION("commit makes the work visible to others") {
+    {
+      Transaction tx(conn);
+      tx.exec("INSERT INTO t VALUES (3)");
+      CHECK(Count(other, "t") == 0);
+      tx.commit();
+      CHECK(TxStatus(conn) == PQTRANS_IDLE);
+      CHECK(Count(other, "t") == 1);
+      CHECK_NOTHROW(tx.rollback());  // a no-op once committed
+      // Work after commit is outside the transaction: it must survive the destructor.
+      conn.exec("INSERT INTO t VALUES (4)");
+    }
+    CHECK(Count(other, "t") == 2);
+  }
+
+  SECTION("explicit rollback, then the destructor does nothing") {
+    {
+      Transaction tx(conn);
+      tx.exec("INSERT INTO t VALUES (5)");
+      tx.rollback();
+      CHECK(TxStatus(conn) == PQTRANS_IDLE);
+      CHECK_NOTHROW(tx.rollback());
+      conn.exec("INSERT INTO t VALUES (6)");
+    }
+    Result r = other.exec("SELECT x FROM t");
+    REQUIRE(r.rows() == 1);
+    CHECK(r.int64(0, 0) == 6);
+  }
+
+  SECTION("begin_sql chooses the isolation level") {
+    {
+      Transaction tx(conn, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+      CHECK(tx.exec("SHOW transaction_isolation").text(0, 0) == "serializable");
+      CHECK(&tx.connection() == &conn);
+    }
+    Transaction tx(conn);
+    CHECK(tx.exec("SHOW transaction_isolation").text(0, 0) == "read committed");
+  }
+}
+
+TEST_CASE("pg: commit of an aborted transaction throws SqlError 25P02", "[pg][tx][errors]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection conn = Connection::Open(url);
+  conn.exec("CREATE TABLE t (x int)");
+  {
+    Transaction tx(conn);
+    tx.exec("INSERT INTO t VALUES (1)");
+    Caught failed = Capture([&] { tx.exec("SELECT 1 / 0"); });
+    CHECK(failed.kind == "SqlError");
+    CHECK(failed.sqlstate == "22012");
+    // Later statements are refused while the transaction is aborted.
+    Caught refused = Capture([&] { tx.exec("SELECT 1"); });
+    CHECK(refused.kind == "SqlError");
+    CHECK(refused.sqlstate == "25P02");
+
+    Caught commit = Capture([&] { tx.commit(); });
+    CHECK(commit.kind == "SqlError");
+    CHECK(commit.sqlstate == "25P02");
+    CHECK_FALSE(commit.transient);
+    CHECK_FALSE(commit.poisons);
+  }
+  CHECK(conn.healthy());
+  CHECK(TxStatus(conn) == PQTRANS_IDLE);
+  CHECK(Count(conn, "t") == 0);
+}
+
+// ---------------------------------------------------------------- typed errors
+
+TEST_CASE("pg: SQL errors are SqlError, not transient, and leave the connection usable",
+          "[pg][errors]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+
+  Caught syntax = Capture([&] { conn.exec("SELEC 1"); });
+  CHECK(syntax.kind == "SqlError");
+  CHECK(syntax.sqlstate == "42601");
+  CHECK_FALSE(syntax.transient);
+  CHECK_FALSE(syntax.poisons);
+  CHECK(syntax.message.find("syntax error") != std::string::npos);
+  CHECK(conn.healthy());
+  CHECK(conn.exec("SELECT 1").int64(0, 0) == 1);
+
+  Caught with_params = Capture([&] { conn.exec("SELEC $1::int", Params().add(1)); });
+  CHECK(with_params.kind == "SqlError");
+  CHECK(with_params.sqlstate == "42601");
+
+  Caught missing = Capture([&] { conn.exec("SELECT * FROM no_such_table"); });
+  CHECK(missing.kind == "SqlError");
+  CHECK(missing.sqlstate == "42P01");
+
+  conn.exec("CREATE TABLE u (k int PRIMARY KEY)");
+  conn.exec("INSERT INTO u VALUES (1)");
+  Caught duplicate = Capture([&] { conn.exec("INSERT INTO u VALUES ($1)", Params().add(1)); });
+  CHECK(duplicate.kind == "SqlError");
+  CHECK(duplicate.sqlstate == "23505");
+  CHECK_FALSE(duplicate.transient);
+
+  CHECK(conn.healthy());
+  CHECK(TxStatus(conn) == PQTRANS_IDLE);
+}
+
+TEST_CASE("pg: a serialization failure (SERIALIZABLE write skew) is TransientError 40001",
+          "[pg][errors]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection setup = Connection::Open(url);
+  setup.exec("CREATE TABLE doctors (id int PRIMARY KEY, on_call bool NOT NULL);"
+             "INSERT INTO doctors VALUES (1, true), (2, true)");
+  Connection a = Connection::Open(url);
+  Connection b = Connection::Open(url);
+
+  Transaction ta(a, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+  Transaction tb(b, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+  // Both check that someone else stays on call, then each leaves.
+  CHECK(ta.exec("SELECT count(*) FROM doctors WHERE on_call").int64(0, 0) == 2);
+  CHECK(tb.exec("SELECT count(*) FROM doctors WHERE on_call").int64(0, 0) == 2);
+  ta.exec("UPDATE doctors SET on_call = false WHERE id = 1");
+  ta.commit();
+  // The second one fails, on its UPDATE or at COMMIT.
+  Caught c = Capture([&] {
+    tb.exec("UPDATE doctors SET on_call = false WHERE id = 2");
+    tb.commit();
+  });
+  CHECK(c.kind == "TransientError");
+  CHECK(c.sqlstate == "40001");
+  CHECK(c.transient);
+  CHECK_FALSE(c.poisons);
+  tb.rollback();
+  CHECK(b.healthy());
+  CHECK(TxStatus(b) == PQTRANS_IDLE);
+  CHECK(setup.exec("SELECT count(*) FROM doctors WHERE on_call").int64(0, 0) == 1);
+}
+
+TEST_CASE("pg: a deadlock is TransientError 40P01", "[pg][errors]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection monitor = Connection::Open(url);
+  monitor.exec("CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1), (2)");
+  Connection a = Connection::Open(url);
+  Connection b = Connection::Open(url);
+  // b runs the deadlock check first and is the victim; a's lock_timeout is a
+  // safety net so a broken test cannot hang.
+  a.exec("SET deadlock_timeout = '10min'; SET lock_timeout = '2min'");
+  b.exec("SET deadlock_timeout = '10ms'; SET lock_timeout = '2min'");
+
+  // Declaration order matters: tb is destroyed (releasing row 2) before the
+  // future joins a's thread, and ta after that.
+  Transaction ta(a);
+  std::future<Caught> a_waits;
+  Transaction tb(b);
+  ta.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE");
+  tb.exec("SELECT id FROM rows WHERE id = 2 FOR UPDATE");
+  a_waits = std::async(std::launch::async, [&] {
+    return Capture([&] { ta.exec("SELECT id FROM rows WHERE id = 2 FOR UPDATE"); });
+  });
+  REQUIRE(Eventually([&] { return WaitingForLock(monitor, a.backend_pid()); }));
+
+  Caught c = Capture([&] { tb.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE"); });
+  CHECK(c.kind == "TransientError");
+  CHECK(c.sqlstate == "40P01");
+  CHECK(c.transient);
+  CHECK_FALSE(c.poisons);
+  tb.rollback();
+
+  Caught a_result = a_waits.get();
+  CHECK(a_result.kind == "none");
+  ta.commit();
+  CHECK(b.healthy());
+  CHECK(b.exec("SELECT 1").int64(0, 0) == 1);
+}
+
+TEST_CASE("pg: a lock timeout is TransientError 55P03", "[pg][errors]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection a = Connection::Open(url);
+  Connection b = Connection::Open(url);
+  a.exec("CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)");
+  Transaction ta(a);
+  ta.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE");
+  b.exec("SET lock_timeout = '20ms'");
+  Transaction tb(b);
+  Caught c = Capture([&] { tb.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE"); });
+  CHECK(c.kind == "TransientError");
+  CHECK(c.sqlstate == "55P03");
+  CHECK(c.transient);
+  CHECK_FALSE(c.poisons);
+}
+
+TEST_CASE("pg: a terminated backend gives ConnectionError", "[pg][errors]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection killer = Connection::Open(url);
+
+  SECTION("simple query protocol") {
+    Connection victim = Connection::Open(url);
+    REQUIRE(TerminateBackend(killer, victim));
+    Caught c = Capture([&] { victim.exec("SELECT 1"); });
+    CHECK(c.kind == "ConnectionError");
+    CHECK(c.poisons);
+    CHECK(c.transient);
+    CHECK_FALSE(victim.healthy());
+    // Still a ConnectionError once libpq knows the connection is bad.
+    Caught again = Capture([&] { victim.exec("SELECT 1"); });
+    CHECK(again.kind == "ConnectionError");
+  }
+
+  SECTION("extended protocol") {
+    Connection victim = Connection::Open(url);
+    REQUIRE(TerminateBackend(killer, victim));
+    Caught c = Capture([&] { victim.exec("SELECT $1::int", Params().add(1)); });
+    CHECK(c.kind == "ConnectionError");
+    CHECK(c.poisons);
+    CHECK(c.transient);
+    CHECK_FALSE(victim.healthy());
+  }
+
+  SECTION("inside a transaction; the destructor's rollback does not throw") {
+    Connection victim = Connection::Open(url);
+    {
+      Transaction tx(victim);
+      tx.exec("SELECT 1");
+      REQUIRE(TerminateBackend(killer, victim));
+      Caught c = Capture([&] { tx.exec("SELECT 2"); });
+      CHECK(c.kind == "ConnectionError");
+    }
+    CHECK_FALSE(victim.healthy());
+  }
+
+  SECTION("a transaction that cannot begin") {
+    Connection victim = Connection::Open(url);
+    REQUIRE(TerminateBackend(killer, victim));
+    Caught c = Capture([&] { Transaction tx(victim); });
+    CHECK(c.kind == "ConnectionError");
+  }
+}
+
+TEST_CASE("pg: COMMIT on a connection lost mid-transaction is InDoubtError", "[pg][errors]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection killer = Connection::Open(url);
+  killer.exec("CREATE TABLE t (x int)");
+  Connection victim = Connection::Open(url);
+  {
+    Transaction tx(victim);
+    tx.exec("INSERT INTO t VALUES (1)");
+    REQUIRE(TerminateBackend(killer, victim));
+    Caught c = Capture([&] { tx.commit(); });
+    CHECK(c.kind == "InDoubtError");
+    CHECK(c.poisons);
+    CHECK(c.transient);
+    CHECK(c.message.find("commit") != std::string::npos);
+  }  // the destructor must not throw either
+  CHECK_FALSE(victim.healthy());
+  // Here the backend died before COMMIT arrived: nothing was committed.
+  CHECK(Count(killer, "t") == 0);
+}
+
+}  // namespace akadzed
