@@ -1,12 +1,16 @@
 // akadzed: a worker daemon for jobs stored in PostgreSQL (the akadze model).
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "core/redact.h"
 
 int main(int argc, char** argv) {
+  // A closed stdout (e.g. piped into head) must not kill us before cleanup:
+  // writes fail with EPIPE instead.
+  signal(SIGPIPE, SIG_IGN);
   CLI::App app{"akadzed: runs jobs stored in PostgreSQL", "akadzed"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("akadzed ") + AKADZED_VERSION);
@@ -15,6 +19,7 @@ int main(int argc, char** argv) {
   akadzed::cli::AddClaimCommand(app, action);
   akadzed::cli::AddLimitsCommand(app, action);
   akadzed::cli::AddDemoCommand(app, action);
+  akadzed::cli::AddLessonCommand(app, action);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {

@@ -4,7 +4,7 @@
 
 namespace akadzed {
 
-void SetLimit(pg::Connection& conn, const LimitRow& row) {
+void ValidateLimit(const LimitRow& row) {
   if (row.key.empty()) throw std::invalid_argument("limit key must not be empty");
   if (row.max_running && *row.max_running < 1) {
     throw std::invalid_argument("--max-running must be at least 1");
@@ -18,6 +18,10 @@ void SetLimit(pg::Connection& conn, const LimitRow& row) {
   if (row.starts_window_us && *row.starts_window_us <= 0) {
     throw std::invalid_argument("--starts-window must be positive");
   }
+}
+
+void SetLimit(pg::Connection& conn, const LimitRow& row) {
+  ValidateLimit(row);
   conn.exec(
       "INSERT INTO akadze.limits (key, max_running, max_starts, starts_window)"
       " VALUES ($1, $2::int, $3::int, $4::int8 * interval '1 microsecond')"

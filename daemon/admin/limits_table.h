@@ -19,6 +19,9 @@ struct LimitRow {
   std::optional<std::int64_t> starts_window_us;
 };
 
+// Throws std::invalid_argument when the caps break the table's rules.
+void ValidateLimit(const LimitRow& row);
+
 // Inserts or replaces the row for row.key. Throws std::invalid_argument when
 // the caps break the table's rules (max_running >= 1, max_starts >= 1,
 // starts_window > 0, max_starts and starts_window together), before any SQL.

@@ -22,82 +22,184 @@ constexpr const char* kReady =
     "state = 'queued' AND run_at <= now() AND cancel_requested_at IS NULL"
     " AND (expires_at IS NULL OR expires_at > now())";
 
-// Columns every read returns, in ReadyRow order.
-constexpr const char* kRowColumns =
-    "id, limit_key, priority, (EXTRACT(EPOCH FROM run_at) * 1000000)::int8 AS run_at_us";
+// A statement under construction: bind() appends a parameter and returns its
+// placeholder, so SQL and parameters cannot drift apart.
+class Statement {
+ public:
+  template <typename T>
+  std::string bind(const T& value) {
+    params_.add(value);
+    return "$" + std::to_string(params_.size());
+  }
+  template <typename T>
+  std::string bind_array(const T& values) {
+    params_.add_array(values);
+    return "$" + std::to_string(params_.size());
+  }
+  std::string sql;
+  const pg::Params& params() const { return params_; }
 
-// An IndexPosition's run_at as an exact timestamptz expression of parameter $n.
-std::string Timestamp(int n) {
-  return "('epoch'::timestamptz + $" + std::to_string(n) + "::int8 * interval '1 microsecond')";
+ private:
+  pg::Params params_;
+};
+
+// What every read of one claim shares.
+struct ReadContext {
+  std::string queue;
+  // The aging interval in seconds as exact decimal text; empty without aging.
+  std::string aging_seconds;
+};
+
+// The columns of a ReadyRow. The effective priority is SPEC §2's formula,
+// evaluated by PostgreSQL at the claim transaction's now().
+std::string RowColumns(Statement& st, const ReadContext& ctx, const std::string& alias = "") {
+  const std::string a = alias.empty() ? "" : alias + ".";
+  std::string effective = a + "priority::int8";
+  if (!ctx.aging_seconds.empty()) {
+    effective = "(" + a + "priority + GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (now() - " + a +
+                "run_at)) / " + st.bind(ctx.aging_seconds) + "::numeric)))::int8";
+  }
+  return a + "id, " + a + "limit_key, " + a + "priority, (EXTRACT(EPOCH FROM " + a +
+         "run_at) * 1000000)::int8 AS run_at_us, " + effective + " AS effective";
 }
 
-std::vector<ReadyRow> ToRows(const pg::Result& r) {
+// An exact timestamptz for microseconds since the epoch held by `param`.
+std::string Timestamp(const std::string& param) {
+  return "('epoch'::timestamptz + " + param + "::int8 * interval '1 microsecond')";
+}
+
+// The skip filter of a window.
+std::string SkipFilter(Statement& st, const std::vector<std::string>& keys, bool skip_null) {
+  std::string out;
+  if (!keys.empty()) out += " AND (limit_key IS NULL OR limit_key <> ALL(" + st.bind_array(keys) + "::text[]))";
+  if (skip_null) out += " AND limit_key IS NOT NULL";
+  return out;
+}
+
+std::vector<ReadyRow> ToRows(const pg::Result& r, int first_column = 0) {
   std::vector<ReadyRow> rows;
   rows.reserve(static_cast<std::size_t>(r.rows()));
   for (int i = 0; i < r.rows(); ++i) {
     ReadyRow row;
-    row.id = r.int64(i, 0);
-    row.limit_key = r.optional_text(i, 1);
-    row.priority = static_cast<std::int32_t>(r.int64(i, 2));
-    row.run_at_us = r.int64(i, 3);
-    row.effective = row.priority;
+    row.id = r.int64(i, first_column);
+    row.limit_key = r.optional_text(i, first_column + 1);
+    row.priority = static_cast<std::int32_t>(r.int64(i, first_column + 2));
+    row.run_at_us = r.int64(i, first_column + 3);
+    row.effective = r.int64(i, first_column + 4);
     rows.push_back(std::move(row));
   }
   return rows;
 }
 
-std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const std::string& queue,
-                                 const WindowRead& read) {
-  static const std::string skip =
-      " AND (limit_key IS NULL OR limit_key <> ALL($2::text[]))"
-      " AND (NOT $3::bool OR limit_key IS NOT NULL)";
-  pg::Params params;
-  params.add(queue).add_array(read.skip_keys).add(read.skip_null_key).add(read.limit);
-  std::string sql;
+// One window of the single stream (no aging): the whole queue in index order.
+std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const ReadContext& ctx, const WindowRead& read) {
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  const std::string limit = st.bind(read.limit);
+  const std::string skip = SkipFilter(st, read.skip_keys, read.skip_null_key);
+  const std::string from = " FROM akadze.jobs WHERE queue = " + queue + " AND " + kReady + skip;
   if (!read.after) {
-    sql = std::string("SELECT ") + kRowColumns + " FROM akadze.jobs WHERE queue = $1 AND " +
-          kReady + skip + " ORDER BY priority DESC, run_at, id LIMIT $4";
+    st.sql = "SELECT " + RowColumns(st, ctx) + from + " ORDER BY priority DESC, run_at, id LIMIT " + limit;
   } else {
     // Keyset continuation in two index ranges: the rest of the cursor's
     // priority level, then the lower levels.
-    params.add(std::int64_t{read.after->priority})
-        .add(read.after->run_at_us)
-        .add(read.after->id);
-    const std::string inner = std::string("SELECT id, limit_key, priority, run_at FROM akadze.jobs"
-                                          " WHERE queue = $1 AND ") +
-                              kReady + skip;
-    sql = std::string("SELECT ") + kRowColumns + " FROM ((" + inner +
-          " AND priority = $5 AND (run_at, id) > (" + Timestamp(6) +
-          ", $7) ORDER BY run_at, id LIMIT $4) UNION ALL (" + inner +
-          " AND priority < $5 ORDER BY priority DESC, run_at, id LIMIT $4)) w"
-          " ORDER BY priority DESC, run_at, id LIMIT $4";
+    const std::string p = st.bind(std::int64_t{read.after->priority});
+    const std::string r = st.bind(read.after->run_at_us);
+    const std::string i = st.bind(read.after->id);
+    const std::string inner = "SELECT *" + from;
+    st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + inner + " AND priority = " + p +
+             " AND (run_at, id) > (" + Timestamp(r) + ", " + i + ") ORDER BY run_at, id LIMIT " +
+             limit + ") UNION ALL (" + inner + " AND priority < " + p +
+             " ORDER BY priority DESC, run_at, id LIMIT " + limit +
+             ")) w ORDER BY w.priority DESC, w.run_at, w.id LIMIT " + limit;
   }
-  return ToRows(tx.exec(sql, params));
+  return ToRows(tx.exec(st.sql, st.params()));
 }
 
-std::vector<ReadyRow> ReadCatchUp(pg::Transaction& tx, const std::string& queue,
-                                  const CatchUpRead& read) {
-  pg::Params params;
-  params.add(queue).add(read.limit_key);
-  IndexPosition after = read.after.value_or(IndexPosition{});
-  IndexPosition through = read.through.value_or(IndexPosition{});
-  params.add(!read.after.has_value())
-      .add(std::int64_t{after.priority})
-      .add(after.run_at_us)
-      .add(after.id)
-      .add(!read.through.has_value())
-      .add(std::int64_t{through.priority})
-      .add(through.run_at_us)
-      .add(through.id);
-  std::string sql = std::string("SELECT ") + kRowColumns +
-                    " FROM akadze.jobs WHERE queue = $1 AND " + kReady +
-                    " AND (limit_key = $2::text OR ($2::text IS NULL AND limit_key IS NULL))"
-                    " AND ($3::bool OR priority < $4 OR (priority = $4 AND (run_at, id) > (" +
-                    Timestamp(5) +
-                    ", $6)))"
-                    " AND ($7::bool OR priority > $8 OR (priority = $8 AND (run_at, id) <= (" +
-                    Timestamp(9) + ", $10)))" + " ORDER BY priority DESC, run_at, id";
-  return ToRows(tx.exec(sql, params));
+// The priority levels present among the queue's queued rows, highest first:
+// a skip scan over jobs_claim_idx, one index descent per level.
+std::vector<std::int32_t> FindLevels(pg::Transaction& tx, const std::string& queue) {
+  pg::Result r = tx.exec(
+      "WITH RECURSIVE levels(p) AS ("
+      "  SELECT max(priority) FROM akadze.jobs WHERE queue = $1 AND state = 'queued'"
+      "  UNION ALL"
+      "  SELECT (SELECT max(priority) FROM akadze.jobs"
+      "          WHERE queue = $1 AND state = 'queued' AND priority < l.p)"
+      "  FROM levels l WHERE l.p IS NOT NULL)"
+      " SELECT p FROM levels WHERE p IS NOT NULL",
+      pg::Params().add(queue));
+  std::vector<std::int32_t> levels;
+  for (int i = 0; i < r.rows(); ++i) levels.push_back(static_cast<std::int32_t>(r.int64(i, 0)));
+  return levels;
+}
+
+// Windows of several level streams (aging) in one statement. A row is skipped
+// only if every read skips its group: skipping less than allowed is safe.
+std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const ReadContext& ctx,
+                                                    const std::vector<std::int32_t>& levels,
+                                                    const std::vector<WindowRead>& reads) {
+  std::vector<std::int64_t> level, after_run_at, after_id, limit;
+  std::vector<std::string> has_after;
+  std::vector<std::string> skip_keys = reads.front().skip_keys;
+  bool skip_null = true;
+  for (const WindowRead& w : reads) {
+    level.push_back(levels[static_cast<std::size_t>(w.stream)]);
+    has_after.push_back(w.after ? "t" : "f");
+    after_run_at.push_back(w.after ? w.after->run_at_us : 0);
+    after_id.push_back(w.after ? w.after->id : 0);
+    limit.push_back(w.limit);
+    std::vector<std::string> common;
+    for (const std::string& k : skip_keys) {
+      if (std::find(w.skip_keys.begin(), w.skip_keys.end(), k) != w.skip_keys.end()) common.push_back(k);
+    }
+    skip_keys = std::move(common);
+    skip_null = skip_null && w.skip_null_key;
+  }
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  std::vector<std::optional<std::string>> has_after_opt(has_after.begin(), has_after.end());
+  const std::string streams = "unnest(" + st.bind_array(level) + "::int[], " +
+                              st.bind_array(has_after_opt) + "::bool[], " + st.bind_array(after_run_at) +
+                              "::int8[], " + st.bind_array(after_id) + "::int8[], " +
+                              st.bind_array(limit) + "::int8[]) WITH ORDINALITY AS s(p, has_after, r, i, lim, n)";
+  const std::string skip = SkipFilter(st, skip_keys, skip_null);
+  st.sql = "SELECT s.n, " + RowColumns(st, ctx, "j") + " FROM " + streams +
+           " CROSS JOIN LATERAL (SELECT * FROM akadze.jobs WHERE queue = " + queue +
+           " AND priority = s.p AND " + kReady + skip +
+           " AND (run_at, id) > (CASE WHEN s.has_after THEN " + Timestamp("s.r") +
+           " ELSE '-infinity'::timestamptz END, s.i)"
+           " ORDER BY run_at, id LIMIT s.lim) j ORDER BY s.n, j.run_at, j.id";
+  pg::Result r = tx.exec(st.sql, st.params());
+  std::vector<std::vector<ReadyRow>> out(reads.size());
+  std::vector<ReadyRow> rows = ToRows(r, 1);
+  for (int i = 0; i < r.rows(); ++i) {
+    out[static_cast<std::size_t>(r.int64(i, 0) - 1)].push_back(std::move(rows[static_cast<std::size_t>(i)]));
+  }
+  return out;
+}
+
+// The rows of one group the planner skipped and needs after all.
+std::vector<ReadyRow> ReadCatchUp(pg::Transaction& tx, const ReadContext& ctx, const CatchUpRead& read) {
+  Statement st;
+  st.sql = "SELECT " + RowColumns(st, ctx) + " FROM akadze.jobs WHERE queue = " + st.bind(ctx.queue) +
+           " AND " + kReady;
+  if (read.limit_key) {
+    st.sql += " AND limit_key = " + st.bind(*read.limit_key);
+  } else {
+    st.sql += " AND limit_key IS NULL";
+  }
+  if (read.after) {
+    const std::string p = st.bind(std::int64_t{read.after->priority});
+    st.sql += " AND (priority < " + p + " OR (priority = " + p + " AND (run_at, id) > (" +
+              Timestamp(st.bind(read.after->run_at_us)) + ", " + st.bind(read.after->id) + ")))";
+  }
+  if (read.through) {
+    const std::string p = st.bind(std::int64_t{read.through->priority});
+    st.sql += " AND (priority > " + p + " OR (priority = " + p + " AND (run_at, id) <= (" +
+              Timestamp(st.bind(read.through->run_at_us)) + ", " + st.bind(read.through->id) + ")))";
+  }
+  st.sql += " ORDER BY priority DESC, run_at, id";
+  return ToRows(tx.exec(st.sql, st.params()));
 }
 
 // The advisory lock key of a limit key.
@@ -218,29 +320,69 @@ bool IsUuid(const std::string& text) {
   return true;
 }
 
-ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
+namespace {
+
+// "300" or "0.25": microseconds as exact decimal seconds for numeric division.
+std::string DecimalSeconds(std::int64_t micros) {
+  std::string whole = std::to_string(micros / 1000000);
+  std::string frac = std::to_string(micros % 1000000);
+  frac = std::string(6 - frac.size(), '0') + frac;
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  return frac.empty() ? whole : whole + "." + frac;
+}
+
+}  // namespace
+
+void ValidateClaimRequest(const ClaimRequest& request) {
   if (request.slots < 1) throw std::invalid_argument("slots must be at least 1");
   if (!request.worker_id.empty() && !IsUuid(request.worker_id)) {
     throw std::invalid_argument("worker id '" + request.worker_id + "' is not a UUID");
   }
+  if (request.aging_us && *request.aging_us <= 0) {
+    throw std::invalid_argument("aging interval must be positive");
+  }
+}
+
+ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request) {
+  ValidateClaimRequest(request);
   const auto started = std::chrono::steady_clock::now();
+  auto finish = [&](ClaimResult& r) {
+    r.elapsed_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  };
   ClaimResult result;
   result.worker_id = request.worker_id.empty() ? RandomUuid() : request.worker_id;
 
-  pg::Transaction tx(conn);
-  pg::Result head = tx.exec("SELECT EXISTS (SELECT 1 FROM akadze.queue_pauses WHERE queue = $1)",
-                            pg::Params().add(request.queue));
-  if (head.boolean(0, 0)) {
+  // Window reads are small index range scans; a parallel plan chosen on a
+  // bad row estimate only adds worker start-up (tens of ms) to a claim.
+  pg::Result head = tx.exec(
+      "SELECT set_config('max_parallel_workers_per_gather', '0', true),"
+      " EXISTS (SELECT 1 FROM akadze.queue_pauses WHERE queue = $1)",
+      pg::Params().add(request.queue));
+  if (head.boolean(0, 1)) {
     result.paused = true;
-    tx.rollback();
-    result.elapsed_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    finish(result);
     return result;
   }
 
+  ReadContext ctx{request.queue, request.aging_us ? DecimalSeconds(*request.aging_us) : ""};
+  // Without aging the queue is one stream; with aging each priority level is
+  // a stream of its own (within a level, effective priority never increases).
+  std::vector<std::int32_t> levels;
   ClaimPlannerOptions options;
   options.mode = request.mode;
   options.slots = request.slots;
+  if (request.aging_us) {
+    levels = FindLevels(tx, request.queue);
+    if (levels.empty()) {
+      finish(result);
+      return result;
+    }
+    options.stream_count = static_cast<int>(levels.size());
+    options.first_window = std::max<std::int64_t>(
+        4, (std::int64_t{request.slots} * 4 + options.stream_count - 1) / options.stream_count);
+  }
+  result.streams = options.stream_count;
   ClaimPlanner planner(options);
   std::unordered_map<std::string, KeyInfo> keys;
   std::unordered_set<std::int64_t> locked_rows;
@@ -251,15 +393,23 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   PlanStep step;
   for (;;) {
     for (const CatchUpRead& c : catch_ups) {
-      std::vector<ReadyRow> rows = ReadCatchUp(tx, request.queue, c);
+      std::vector<ReadyRow> rows = ReadCatchUp(tx, ctx, c);
       result.rows_read += static_cast<std::int64_t>(rows.size());
       planner.AddCatchUp(c, rows);
     }
-    for (const WindowRead& w : reads) {
-      std::vector<ReadyRow> rows = ReadWindow(tx, request.queue, w);
-      ++result.windows;
-      result.rows_read += static_cast<std::int64_t>(rows.size());
-      planner.AddWindow(w, rows, static_cast<std::int64_t>(rows.size()) < w.limit);
+    if (!reads.empty()) {
+      std::vector<std::vector<ReadyRow>> windows;
+      if (request.aging_us) {
+        windows = ReadLevelWindows(tx, ctx, levels, reads);
+      } else {
+        for (const WindowRead& w : reads) windows.push_back(ReadWindow(tx, ctx, w));
+      }
+      for (std::size_t i = 0; i < reads.size(); ++i) {
+        ++result.windows;
+        result.rows_read += static_cast<std::int64_t>(windows[i].size());
+        planner.AddWindow(reads[i], windows[i],
+                          static_cast<std::int64_t>(windows[i].size()) < reads[i].limit);
+      }
     }
     std::vector<std::string> fresh = planner.KeysNeedingState();
     if (!fresh.empty()) {
@@ -337,10 +487,23 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
       job.max_attempts = static_cast<std::int32_t>(claimed.int64(i, 6));
       job.run_count = static_cast<std::int32_t>(claimed.int64(i, 7));
       job.args_json = claimed.text(i, 8);
+      job.effective_priority = planner.Find(job.id)->effective;
       by_id.emplace(job.id, std::move(job));
     }
     for (std::int64_t id : step.plan) result.jobs.push_back(std::move(by_id.at(id)));
   }
+  finish(result);
+  return result;
+}
+
+ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
+  ValidateClaimRequest(request);
+  const auto started = std::chrono::steady_clock::now();
+  // The lock-then-recount rule needs each statement to see what claims that
+  // held a key's lock before committed: READ COMMITTED, whatever the
+  // role's or database's default isolation level is.
+  pg::Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED");
+  ClaimResult result = ClaimInTransaction(tx, request);
   if (request.dry_run) {
     tx.rollback();
   } else {

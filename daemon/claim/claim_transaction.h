@@ -24,6 +24,7 @@
 
 #include "claim/claim_planner.h"
 #include "pg/connection.h"
+#include "pg/transaction.h"
 
 namespace akadzed {
 
@@ -33,8 +34,11 @@ struct ClaimRequest {
   ClaimMode mode = ClaimMode::kOrdered;
   // Worker uuid written to claimed jobs; empty: a random one is made.
   std::string worker_id;
-  // Plan and lock exactly as a real claim, then roll back.
+  // Plan and lock exactly as a real claim, then roll back (RunClaim only).
   bool dry_run = false;
+  // Priority aging interval (SPEC §2): effective priority = priority +
+  // floor((now() - run_at) / interval), at least priority. nullopt: no aging.
+  std::optional<std::int64_t> aging_us;
 };
 
 struct ClaimedJob {
@@ -46,12 +50,14 @@ struct ClaimedJob {
   std::int32_t attempt = 0;
   std::int32_t max_attempts = 0;
   std::int32_t run_count = 0;  // after the claim (the fencing token)
+  std::int64_t effective_priority = 0;  // the claim's ordering priority (aged, or priority)
   std::string args_json;       // never logged
 };
 
 struct ClaimResult {
   std::vector<ClaimedJob> jobs;  // in claim order
-  int windows = 0;               // window reads issued
+  int windows = 0;               // window reads issued (one per stream read)
+  int streams = 1;               // 1, or the priority levels read with aging
   std::int64_t rows_read = 0;    // rows those reads (and catch-ups) returned
   int lock_rounds = 0;           // FOR UPDATE SKIP LOCKED rounds
   int keys_locked_elsewhere = 0; // keys skipped because another claim held them
@@ -60,11 +66,22 @@ struct ClaimResult {
   double elapsed_ms = 0;
 };
 
-// Claims up to request.slots ready jobs of request.queue. Commits (or, for a
-// dry run, rolls back) before returning. Throws pg::PgError on database
-// errors (the transaction is rolled back) and std::invalid_argument for a bad
-// request (slots < 1, malformed worker id).
+// Claims up to request.slots ready jobs of request.queue in its own
+// transaction. Commits (or, for a dry run, rolls back) before returning.
+// Throws pg::PgError on database errors (the transaction is rolled back) and
+// std::invalid_argument for a bad request (slots < 1, malformed worker id,
+// aging interval not positive).
 ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request);
+
+// The same claim inside a transaction the caller owns and ends (dry_run is
+// ignored: the caller commits or rolls back). Ready and aged priorities are
+// judged at that transaction's now(). Only the claim's first key lock may
+// wait, so a caller that already holds row or advisory locks can deadlock
+// with another claim; keep the transaction to this claim.
+ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request);
+
+// Throws std::invalid_argument when the request is malformed.
+void ValidateClaimRequest(const ClaimRequest& request);
 
 // A random version-4 UUID in canonical text form.
 std::string RandomUuid();

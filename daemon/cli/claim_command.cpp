@@ -4,6 +4,7 @@
 
 #include "claim/claim_transaction.h"
 #include "cli/commands.h"
+#include "core/duration.h"
 #include "pg/pg_error.h"
 
 namespace akadzed::cli {
@@ -18,16 +19,21 @@ struct ClaimOptions {
   std::string worker_id;
   bool dry_run = false;
   bool json = false;
+  std::string aging;
 };
 
-nlohmann::json ToJson(const ClaimResult& r) {
+nlohmann::json ToJson(const ClaimResult& r, bool aging) {
   nlohmann::json jobs = nlohmann::json::array();
   for (const ClaimedJob& job : r.jobs) {
-    jobs.push_back({{"id", job.id},
-                    {"limit_key", job.limit_key ? nlohmann::json(*job.limit_key) : nlohmann::json()},
-                    {"priority", job.priority}});
+    nlohmann::json j = {{"id", job.id},
+                        {"limit_key", job.limit_key ? nlohmann::json(*job.limit_key) : nlohmann::json()},
+                        {"priority", job.priority}};
+    if (aging) j["effective_priority"] = job.effective_priority;
+    jobs.push_back(std::move(j));
   }
   return {{"jobs", jobs},
+          {"paused", r.paused},
+          {"worker_id", r.worker_id},
           {"windows", r.windows},
           {"rows_read", r.rows_read},
           {"elapsed_ms", r.elapsed_ms}};
@@ -48,6 +54,8 @@ void AddClaimCommand(CLI::App& app, Action& action) {
           [](const std::string& v) { return IsUuid(v) ? std::string() : "'" + v + "' is not a UUID"; },
           "UUID"));
   cmd->add_flag("--dry-run", o->dry_run, "Plan and lock as a real claim, then roll back");
+  cmd->add_option("--aging", o->aging,
+                  "Priority aging interval, e.g. 5m: one point of priority per full interval waited");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->callback([&action, o] {
     action = [o]() -> int {
@@ -57,17 +65,26 @@ void AddClaimCommand(CLI::App& app, Action& action) {
       request.mode = o->mode == "fair" ? ClaimMode::kFair : ClaimMode::kOrdered;
       request.worker_id = o->worker_id;
       request.dry_run = o->dry_run;
+      if (!o->aging.empty()) {
+        std::string error;
+        request.aging_us = ParseDuration(o->aging, &error);
+        if (!request.aging_us || *request.aging_us <= 0) {
+          PrintError("claim", "--aging: " + (error.empty() ? "must be positive" : error));
+          return kExitUsage;
+        }
+      }
       try {
         pg::Connection conn = pg::Connection::Open(ResolveDatabaseUrl(o->url), "akadzed claim");
         ClaimResult r = RunClaim(conn, request);
         if (o->json) {
-          std::cout << ToJson(r).dump() << std::endl;
+          std::cout << ToJson(r, request.aging_us.has_value()).dump() << std::endl;
         } else {
           if (r.paused) std::cout << "queue " << o->queue << " is paused" << std::endl;
           for (const ClaimedJob& job : r.jobs) {
             std::cout << "claimed id=" << job.id << " task=" << job.task
-                      << " limit_key=" << job.limit_key.value_or("-") << " priority=" << job.priority
-                      << std::endl;
+                      << " limit_key=" << job.limit_key.value_or("-") << " priority=" << job.priority;
+            if (request.aging_us) std::cout << " effective_priority=" << job.effective_priority;
+            std::cout << std::endl;
           }
           std::cout << r.jobs.size() << " claimed" << (o->dry_run ? " (dry run, rolled back)" : "")
                     << ", windows=" << r.windows << " rows_read=" << r.rows_read
@@ -75,10 +92,10 @@ void AddClaimCommand(CLI::App& app, Action& action) {
         }
         return kExitOk;
       } catch (const std::invalid_argument& e) {
-        PrintError("claim", e.what());
+        PrintError("claim", e);
         return kExitUsage;
       } catch (const std::exception& e) {
-        PrintError("claim failed", e.what());
+        PrintError("claim failed", e);
         return kExitFailure;
       }
     };

@@ -8,7 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "embedded/throwaway_postgres.h"
+
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace akadzed::cli {
@@ -23,6 +26,12 @@ void AddMigrateCommand(CLI::App& app, Action& action);
 void AddClaimCommand(CLI::App& app, Action& action);
 void AddLimitsCommand(CLI::App& app, Action& action);
 void AddDemoCommand(CLI::App& app, Action& action);
+void AddLessonCommand(CLI::App& app, Action& action);
+
+// Starts a throwaway PostgreSQL for the quick-start commands (demo, lesson),
+// migrates it and says so on stdout. The cluster is removed when the returned
+// object is destroyed.
+std::unique_ptr<ThrowawayPostgres> StartEmbeddedDatabase();
 
 // The database to use: --database-url if given, else $AKADZE_DATABASE_URL,
 // else "" (libpq's defaults: PG* variables, service file).
@@ -33,5 +42,8 @@ void AddDatabaseOption(CLI::App* command, std::string& url);
 
 // Prints "<prefix>: <message>" on stderr, with secrets redacted, on one line.
 void PrintError(const std::string& prefix, const std::string& message);
+// Same for an exception; a database error about a missing akadze table or
+// column gets a hint to run `akadzed migrate`.
+void PrintError(const std::string& prefix, const std::exception& error);
 
 }  // namespace akadzed::cli

@@ -12,7 +12,6 @@
 #include "cli/commands.h"
 #include "embedded/throwaway_postgres.h"
 #include "pg/transaction.h"
-#include "schema/migrations.h"
 
 namespace akadzed::cli {
 
@@ -41,17 +40,13 @@ int RunDemo(const DemoOptions& o) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  std::cout << "starting a throwaway PostgreSQL..." << std::endl;
-  auto server = ThrowawayPostgres::Start();
-  std::cout << "PostgreSQL running in " << server->directory().string() << " (removed on exit)"
-            << std::endl;
+  auto server = StartEmbeddedDatabase();
   pg::Connection conn = pg::Connection::Open(server->conninfo(), "akadzed demo");
-  for (const auto& v : Migrate(conn)) std::cout << "applied " << v << std::endl;
 
   SetLimit(conn, LimitRow{"*", 2, std::nullopt, std::nullopt});
   SetLimit(conn, LimitRow{"tenant-b", 1, 2, 2'000'000});
-  std::cout << "limits: '*' max_running=2; tenant-b max_running=1, max_starts=2 per 2s;"
-               " tenant-z has its own row? no -> falls back to '*'"
+  std::cout << "limits: '*' max_running=2 (tenant-a, tenant-c); tenant-b max_running=1 and"
+               " max_starts=2 per 2s"
             << std::endl;
   conn.exec(
       "INSERT INTO akadze.jobs (task, queue, priority, limit_key, args, run_at)"
@@ -111,7 +106,7 @@ void AddDemoCommand(CLI::App& app, Action& action) {
       try {
         return RunDemo(*o);
       } catch (const std::exception& e) {
-        PrintError("demo failed", e.what());
+        PrintError("demo failed", e);
         return kExitFailure;
       }
     };

@@ -32,7 +32,7 @@ int Run(const std::string& what, const std::function<void(pg::Connection&)>& bod
     PrintError("limits " + what, e.what());
     return kExitUsage;
   } catch (const std::exception& e) {
-    PrintError("limits " + what + " failed", e.what());
+    PrintError("limits " + what + " failed", e);
     return kExitFailure;
   }
 }
@@ -65,6 +65,12 @@ void AddLimitsCommand(CLI::App& app, Action& action) {
           PrintError("limits set", "--starts-window: " + error);
           return kExitUsage;
         }
+      }
+      try {
+        ValidateLimit(row);  // usage errors before any connection attempt
+      } catch (const std::invalid_argument& e) {
+        PrintError("limits set", e);
+        return kExitUsage;
       }
       return Run("set", [&](pg::Connection& conn) {
         SetLimit(conn, row);

@@ -22,7 +22,7 @@ void AddMigrateCommand(CLI::App& app, Action& action) {
         for (const auto& v : applied) std::cout << "applied " << v << std::endl;
         return kExitOk;
       } catch (const std::exception& e) {
-        PrintError("migrate failed", e.what());
+        PrintError("migrate failed", e);
         return kExitFailure;
       }
     };

@@ -73,8 +73,10 @@ std::string FormatDuration(std::int64_t micros) {
   if (micros == 0) return "0s";
   std::string out;
   if (micros < 0) {
+    // Not parseable back (durations are never negative); shown for messages.
     out = "-";
-    micros = -micros;
+    micros = micros == std::numeric_limits<std::int64_t>::min() ? std::numeric_limits<std::int64_t>::max()
+                                                                : -micros;
   }
   for (auto it = kUnits.rbegin(); it != kUnits.rend(); ++it) {
     std::int64_t n = micros / it->micros;

@@ -1,7 +1,9 @@
 // Typed errors for everything that talks to PostgreSQL.
 //
 // Every libpq failure in akadzed is turned into one of these classes by
-// ThrowForResult() / ThrowForConnection() below, and nowhere else. Callers
+// ThrowForResult() / ThrowForConnection() below, and nowhere else (the one
+// other throw site is Transaction::commit(), for a COMMIT the server answered
+// with ROLLBACK: no libpq error exists then). Callers
 // decide what to do from the type alone:
 //   SqlError        the statement failed; the connection is usable once the
 //                   transaction is rolled back. Not worth retrying as is.

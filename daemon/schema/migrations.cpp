@@ -37,6 +37,7 @@ std::vector<std::string> Migrate(pg::Connection& conn, std::span<const Migration
     } catch (const pg::PgError& e) {
       // Name the migration; keep the typed error.
       if (e.poisons_connection()) throw;
+      if (e.transient()) throw pg::TransientError("migration " + version + ": " + e.what(), e.sqlstate());
       throw pg::SqlError("migration " + version + ": " + e.what(), e.sqlstate());
     }
     tx.exec("INSERT INTO akadze.schema_migrations (version) VALUES ($1)",

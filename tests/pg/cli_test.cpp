@@ -70,8 +70,11 @@ json Claim(const std::string& url, const std::vector<std::string>& extra) {
   REQUIRE(out.is_object());
   std::set<std::string> keys;
   for (const auto& item : out.items()) keys.insert(item.key());
-  CHECK(keys == std::set<std::string>{"jobs", "windows", "rows_read", "elapsed_ms"});
+  CHECK(keys == std::set<std::string>{"jobs", "paused", "worker_id", "windows", "rows_read",
+                                      "elapsed_ms"});
   REQUIRE(out["jobs"].is_array());
+  CHECK(out["paused"].is_boolean());
+  CHECK(out["worker_id"].get<std::string>().size() == 36);
   CHECK(out["windows"].is_number_integer());
   CHECK(out["rows_read"].is_number_integer());
   CHECK(out["elapsed_ms"].is_number());
@@ -222,7 +225,9 @@ TEST_CASE("cli claim: a paused queue claims nothing", "[cli][claim]") {
   Connection conn = Connection::Open(url);
   Queue q = MakeQueue(conn);
   conn.exec("INSERT INTO akadze.queue_pauses (queue) VALUES ('mail')");
-  CHECK(Claim(url, {"--slots", "10"})["jobs"].empty());
+  json paused = Claim(url, {"--slots", "10"});
+  CHECK(paused["jobs"].empty());
+  CHECK(paused["paused"] == true);
   CHECK(RowState(conn, q.j3) == "queued/0/false/false");
   conn.exec("DELETE FROM akadze.queue_pauses");
   CHECK(Claim(url, {"--slots", "1"})["jobs"].size() == 1);

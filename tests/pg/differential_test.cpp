@@ -12,6 +12,8 @@
 // 3,520); AKADZED_DIFF_SEED replays a single case.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <optional>
 #include <random>
@@ -41,8 +43,14 @@ std::string Join(const std::vector<std::int64_t>& ids) {
   return out.str();
 }
 
-// Builds case `seed` in queue "c<seed>" and compares both claims.
-CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint64_t seed, bool fair) {
+// Builds case `seed` in queue "c<seed>" and compares both claims. With
+// `aging`, most cases run entirely inside one transaction, so that rows placed
+// exactly on an interval boundary relative to that transaction's now() are
+// on it for both the reference and the claim; the others are committed and
+// may have rows locked by another transaction, with run_at kept away from
+// boundaries.
+CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint64_t seed, bool fair,
+                   bool aging) {
   std::mt19937_64 rng(seed);
   auto uni = [&](std::int64_t lo, std::int64_t hi) {
     return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
@@ -59,6 +67,15 @@ CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint6
   const double null_share = chance(0.25) ? 0.0 : chance(0.2) ? 0.9 : 0.3;
   desc << "seed=" << seed << " mode=" << (fair ? "fair" : "ordered") << " slots=" << slots
        << " rows=" << n_rows << " keys=" << n_keys << " levels=" << n_levels;
+  std::optional<std::int64_t> aging_us;
+  const bool in_transaction = aging && chance(0.7);
+  if (aging) {
+    static const std::int64_t kIntervals[] = {1'000'000, 10'000'000, 60'000'000, 300'000'000};
+    aging_us = kIntervals[uni(in_transaction ? 0 : 1, 3)];
+    desc << " aging_us=" << *aging_us << (in_transaction ? " in_transaction" : "");
+  }
+  std::optional<pg::Transaction> tx;
+  if (in_transaction) tx.emplace(conn);
 
   // The '*' row: absent, or with random caps.
   conn.exec("DELETE FROM akadze.limits WHERE key = '*'");
@@ -110,7 +127,7 @@ CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint6
       pg::Params().add_array(running_keys).add(queue));
 
   // The queue's rows.
-  std::vector<std::int64_t> priorities, run_at_ms, expires_ms;
+  std::vector<std::int64_t> priorities, run_at_us, expires_ms;
   std::vector<std::optional<std::string>> row_keys;
   std::vector<std::string> states;
   std::vector<std::optional<std::int64_t>> expires;
@@ -122,7 +139,19 @@ CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint6
                                           : std::optional<std::string>(keys[static_cast<std::size_t>(uni(0, n_keys - 1))]));
     // Past rows are at least 2 s old, future ones at least a minute ahead, so
     // that the claim and the reference agree on readiness.
-    run_at_ms.push_back(chance(0.1) ? -uni(60'000, 3'600'000) : uni(2000, 2000 + spread_ms));
+    if (chance(0.1)) {
+      run_at_us.push_back(-uni(60'000, 3'600'000) * 1000);  // future
+    } else if (aging_us && in_transaction) {
+      // k full intervals ago, exactly on the boundary or a microsecond off it.
+      std::int64_t k = uni(0, 30);
+      std::int64_t off = std::array<std::int64_t, 4>{0, 1, -1, uni(0, *aging_us - 1)}[uni(0, 3)];
+      run_at_us.push_back(std::max<std::int64_t>(0, k * *aging_us + off));
+    } else if (aging_us) {
+      // Mid-interval: no row crosses a boundary between the two statements.
+      run_at_us.push_back(uni(1, 30) * *aging_us + uni(*aging_us / 4, 3 * *aging_us / 4));
+    } else {
+      run_at_us.push_back(uni(2000, 2000 + spread_ms) * 1000);
+    }
     double roll = std::uniform_real_distribution<double>(0, 1)(rng);
     states.push_back(roll < 0.03 ? "succeeded" : roll < 0.05 ? "failed" : roll < 0.07 ? "running" : "queued");
     expires.push_back(chance(0.06) ? std::optional<std::int64_t>(chance(0.5) ? -60'000 : 60'000)
@@ -134,18 +163,18 @@ CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint6
   pg::Result inserted = conn.exec(
       "INSERT INTO akadze.jobs (task, queue, priority, limit_key, run_at, state, run_count,"
       "                         expires_at, cancel_requested_at)"
-      " SELECT 't', $1, p, k, now() - ms * interval '1 millisecond', s,"
+      " SELECT 't', $1, p, k, now() - us * interval '1 microsecond', s,"
       "        CASE WHEN s = 'queued' THEN 0 ELSE 1 END,"
       "        CASE WHEN e IS NULL THEN NULL ELSE now() + e * interval '1 millisecond' END,"
       "        CASE WHEN c THEN now() END"
       " FROM unnest($2::int[], $3::text[], $4::int8[], $5::text[], $6::int8[], $7::bool[])"
-      "      WITH ORDINALITY AS u(p, k, ms, s, e, c, n)"
+      "      WITH ORDINALITY AS u(p, k, us, s, e, c, n)"
       " ORDER BY n RETURNING id",
       pg::Params()
           .add(queue)
           .add_array(priorities)
           .add_array(row_keys)
-          .add_array(run_at_ms)
+          .add_array(run_at_us)
           .add_array(state_opt)
           .add_array(expires)
           .add_array(cancelled_opt));
@@ -161,7 +190,7 @@ CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint6
   // Rows another transaction holds.
   std::vector<std::int64_t> locked;
   std::optional<pg::Transaction> holder;
-  if (chance(0.25) && !ids.empty()) {
+  if (!in_transaction && chance(0.25) && !ids.empty()) {
     for (std::int64_t id : ids) {
       if (chance(0.15)) locked.push_back(id);
     }
@@ -178,6 +207,7 @@ CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint6
   ref.slots = slots;
   ref.fair = fair;
   ref.absent_ids = locked;
+  ref.aging_us = aging_us;
   CaseReport report;
   report.want = test::ReferenceClaim(conn, ref);
 
@@ -186,7 +216,9 @@ CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint6
   request.slots = slots;
   request.mode = fair ? ClaimMode::kFair : ClaimMode::kOrdered;
   request.dry_run = dry_run;
-  ClaimResult result = RunClaim(conn, request);
+  request.aging_us = aging_us;
+  ClaimResult result = tx ? ClaimInTransaction(*tx, request) : RunClaim(conn, request);
+  if (tx) tx->rollback();
   for (const ClaimedJob& j : result.jobs) report.got.push_back(j.id);
   report.rows_read = result.rows_read;
   report.windows = result.windows;
@@ -195,7 +227,7 @@ CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint6
   return report;
 }
 
-void RunCases(bool fair) {
+void RunCases(bool fair, bool aging) {
   std::int64_t cases = 3600;
   if (const char* env = std::getenv("AKADZED_DIFF_CASES")) cases = std::atoll(env);
   std::optional<std::uint64_t> only;
@@ -204,11 +236,11 @@ void RunCases(bool fair) {
   pg::Connection conn = pg::Connection::Open(db);
   pg::Connection holder = pg::Connection::Open(db);
   std::int64_t nonempty = 0, multi_window = 0, compared = 0;
-  const std::uint64_t base = fair ? 2'000'000 : 1'000'000;
+  const std::uint64_t base = (fair ? 2'000'000 : 1'000'000) + (aging ? 10'000'000 : 0);
   for (std::int64_t i = 0; i < cases; ++i) {
     std::uint64_t seed = only ? *only : base + static_cast<std::uint64_t>(i);
-    if (only && ((*only >= 2'000'000) != fair)) return;
-    CaseReport r = RunCase(conn, holder, seed, fair);
+    if (only && (((*only % 10'000'000) >= 2'000'000) != fair || (*only >= 10'000'000) != aging)) return;
+    CaseReport r = RunCase(conn, holder, seed, fair, aging);
     ++compared;
     if (r.got != r.want) {
       INFO(r.description << "\n  reference: [" << Join(r.want) << "]\n  akadzed:   [" << Join(r.got)
@@ -228,11 +260,19 @@ void RunCases(bool fair) {
 }
 
 TEST_CASE("windowed claim equals the full-scan reference: ordered", "[differential]") {
-  RunCases(false);
+  RunCases(false, false);
 }
 
 TEST_CASE("windowed claim equals the full-scan reference: fair", "[differential]") {
-  RunCases(true);
+  RunCases(true, false);
+}
+
+TEST_CASE("aged windowed claim equals the full-scan reference: ordered", "[differential][aging]") {
+  RunCases(false, true);
+}
+
+TEST_CASE("aged windowed claim equals the full-scan reference: fair", "[differential][aging]") {
+  RunCases(true, true);
 }
 
 }  // namespace

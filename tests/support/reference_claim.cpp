@@ -5,19 +5,22 @@ namespace akadzed::test {
 const std::string& ReferenceClaimSql() {
   static const std::string sql = R"SQL(
 WITH ready AS (
-  SELECT j.id, j.limit_key, j.priority, j.run_at
+  SELECT j.id, j.limit_key, j.priority, j.run_at,
+         CASE WHEN $5::numeric IS NULL THEN j.priority
+              ELSE j.priority + GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (now() - j.run_at)) / $5::numeric))
+         END AS effective
   FROM akadze.jobs j
   WHERE j.queue = $1
     AND j.state = 'queued'
     AND j.run_at <= now()
     AND j.cancel_requested_at IS NULL
     AND (j.expires_at IS NULL OR j.expires_at > now())
-    AND NOT EXISTS (SELECT 1 FROM akadze.queue_pauses p WHERE p.queue = j.queue)
+    AND NOT EXISTS (SELECT 1 FROM akadze.queue_pauses p WHERE p.queue = $1)
     AND NOT (j.id = ANY($4::int8[]))
 ),
 ranked AS (
   SELECT r.*,
-         row_number() OVER (PARTITION BY r.limit_key ORDER BY r.priority DESC, r.run_at, r.id) AS turn
+         row_number() OVER (PARTITION BY r.limit_key ORDER BY r.effective DESC, r.run_at, r.id) AS turn
   FROM ready r
 ),
 keys AS (
@@ -51,7 +54,7 @@ FROM ranked
 LEFT JOIN allowed ON allowed.key = ranked.limit_key
 WHERE ranked.limit_key IS NULL OR ranked.turn <= allowed.n
 ORDER BY CASE WHEN $3::bool THEN ranked.turn ELSE 0 END,
-         ranked.priority DESC, ranked.run_at, ranked.id
+         ranked.effective DESC, ranked.run_at, ranked.id
 LIMIT $2
 )SQL";
   return sql;
@@ -62,7 +65,11 @@ std::vector<std::int64_t> ReferenceClaim(pg::Connection& conn, const ReferenceCl
                                                     .add(request.queue)
                                                     .add(std::int64_t{request.slots})
                                                     .add(request.fair)
-                                                    .add_array(request.absent_ids));
+                                                    .add_array(request.absent_ids)
+                                                    .add(request.aging_us
+                                                             ? std::optional<std::string>(
+                                                                   std::to_string(*request.aging_us) + "e-6")
+                                                             : std::nullopt));
   std::vector<std::int64_t> ids;
   for (int i = 0; i < r.rows(); ++i) ids.push_back(r.int64(i, 0));
   return ids;

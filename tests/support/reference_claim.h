@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,12 @@ struct ReferenceClaimRequest {
   bool fair = false;
   // Rows to treat as absent (locked by another transaction).
   std::vector<std::int64_t> absent_ids;
+  // Aging interval in microseconds (SPEC §2's effective priority); nullopt: none.
+  std::optional<std::int64_t> aging_us;
 };
 
-// The SQL text, parameters: $1 queue, $2 slots, $3 fair (bool), $4 absent ids (int8[]).
+// The SQL text, parameters: $1 queue, $2 slots, $3 fair (bool), $4 absent ids
+// (int8[]), $5 aging interval in seconds (numeric, NULL: no aging).
 const std::string& ReferenceClaimSql();
 
 // Runs the reference query and returns job ids in claim order. Evaluated at
