@@ -115,6 +115,12 @@ bool ClaimPlanner::AtOrBefore(int r, const std::optional<ReadyRow>& bound) const
   return !ClaimsBefore(*bound, rows_[static_cast<std::size_t>(r)].data);
 }
 
+void ClaimPlanner::SetStreamStart(int stream, const ReadyRow& first_row) {
+  ReadyRow before = first_row;
+  before.id -= 1;  // just before the first row, in index and in claim order
+  streams_.at(static_cast<std::size_t>(stream)).frontier = before;
+}
+
 std::vector<WindowRead> ClaimPlanner::FirstReads() {
   std::vector<WindowRead> reads;
   for (int s = 0; s < options_.stream_count; ++s) reads.push_back(MakeRead(s));
@@ -287,15 +293,33 @@ PlanStep ClaimPlanner::Plan() {
   }
   for (int idx : plan) step.plan.push_back(rows_[static_cast<std::size_t>(idx)].data.id);
 
-  // Which streams to read: those still behind the last planned row when that
-  // row is all the claim waits for, else every unexhausted stream.
-  std::optional<ReadyRow> target;
-  if (plan_full && (!fair || turn_one)) target = rows_[static_cast<std::size_t>(plan.back())].data;
+  // Which streams to read. When the plan is full and only needs its last row
+  // to become exact: the streams whose frontier is still before that row.
+  // Otherwise (more candidates needed, or fair mode must see every group):
+  // the unexhausted streams with the earliest frontiers, one the first time,
+  // twice as many each time after, so that many streams cost few rounds.
+  std::vector<int> open;
   for (int s = 0; s < options_.stream_count; ++s) {
-    const Stream& stream = streams_[static_cast<std::size_t>(s)];
-    if (stream.exhausted) continue;
-    if (target && stream.frontier && !ClaimsBefore(*stream.frontier, *target)) continue;
-    step.reads.push_back(MakeRead(s));
+    if (!streams_[static_cast<std::size_t>(s)].exhausted) open.push_back(s);
+  }
+  if (plan_full && (!fair || turn_one)) {
+    const ReadyRow& target = rows_[static_cast<std::size_t>(plan.back())].data;
+    for (int s : open) {
+      const Stream& stream = streams_[static_cast<std::size_t>(s)];
+      if (stream.frontier && !ClaimsBefore(*stream.frontier, target)) continue;
+      step.reads.push_back(MakeRead(s));
+    }
+  } else {
+    auto earlier = [this](int a, int b) {
+      const auto& fa = streams_[static_cast<std::size_t>(a)].frontier;
+      const auto& fb = streams_[static_cast<std::size_t>(b)].frontier;
+      if (!fa || !fb) return !fa && fb;
+      return ClaimsBefore(*fa, *fb);
+    };
+    std::stable_sort(open.begin(), open.end(), earlier);
+    const std::size_t width = std::min<std::size_t>(open.size(), read_width_);
+    for (std::size_t i = 0; i < width; ++i) step.reads.push_back(MakeRead(open[i]));
+    read_width_ *= 2;
   }
   if (step.reads.empty() && step.catch_ups.empty()) {
     throw std::logic_error("ClaimPlanner::Plan: not settled but nothing left to read");

@@ -135,6 +135,11 @@ class ClaimPlanner {
 
   // The reads to start a claim with: one window per stream.
   std::vector<WindowRead> FirstReads();
+  // Alternatively, before any read: `first_row` is the stream's first row in
+  // index order (ready or not), with its effective priority. Every row of the
+  // stream claims at or after it, so the planner can tell which streams it
+  // needs to read at all; start with Plan() instead of FirstReads().
+  void SetStreamStart(int stream, const ReadyRow& first_row);
   // Recomputes the plan from everything added so far. Throws std::logic_error
   // if a key has no state.
   PlanStep Plan();
@@ -191,6 +196,7 @@ class ClaimPlanner {
   std::unordered_map<std::string, int> group_by_key_;
   std::vector<Stream> streams_;
   std::vector<Skip> skips_;
+  std::size_t read_width_ = 1;  // streams to read when more candidates are needed
   std::vector<char> skipped_;              // [group * stream_count + stream]
   // Computed by Plan(), used by SkipSafe(): per group, the row index of its
   // rank-n live row (n = its key's allowance) and of its first slots + 1 live

@@ -116,21 +116,23 @@ std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const ReadContext& ctx, co
   return ToRows(tx.exec(st.sql, st.params()));
 }
 
-// The priority levels present among the queue's queued rows, highest first:
-// a skip scan over jobs_claim_idx, one index descent per level.
-std::vector<std::int32_t> FindLevels(pg::Transaction& tx, const std::string& queue) {
-  pg::Result r = tx.exec(
-      "WITH RECURSIVE levels(p) AS ("
-      "  SELECT max(priority) FROM akadze.jobs WHERE queue = $1 AND state = 'queued'"
-      "  UNION ALL"
-      "  SELECT (SELECT max(priority) FROM akadze.jobs"
-      "          WHERE queue = $1 AND state = 'queued' AND priority < l.p)"
-      "  FROM levels l WHERE l.p IS NOT NULL)"
-      " SELECT p FROM levels WHERE p IS NOT NULL",
-      pg::Params().add(queue));
-  std::vector<std::int32_t> levels;
-  for (int i = 0; i < r.rows(); ++i) levels.push_back(static_cast<std::int32_t>(r.int64(i, 0)));
-  return levels;
+// The priority levels present among the queue's queued rows, highest first,
+// each with its first row in index order (ready or not): a skip scan over
+// jobs_claim_idx, two index descents per level.
+std::vector<ReadyRow> FindLevels(pg::Transaction& tx, const ReadContext& ctx) {
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  st.sql = "WITH RECURSIVE levels(p) AS ("
+           "  SELECT max(priority) FROM akadze.jobs WHERE queue = " + queue + " AND state = 'queued'"
+           "  UNION ALL"
+           "  SELECT (SELECT max(priority) FROM akadze.jobs"
+           "          WHERE queue = " + queue + " AND state = 'queued' AND priority < l.p)"
+           "  FROM levels l WHERE l.p IS NOT NULL)"
+           " SELECT " + RowColumns(st, ctx, "h") + " FROM levels l CROSS JOIN LATERAL ("
+           "  SELECT * FROM akadze.jobs WHERE queue = " + queue + " AND state = 'queued'"
+           "  AND priority = l.p ORDER BY run_at, id LIMIT 1) h"
+           " WHERE l.p IS NOT NULL ORDER BY l.p DESC";
+  return ToRows(tx.exec(st.sql, st.params()));
 }
 
 // Windows of several level streams (aging) in one statement. A row is skipped
@@ -369,18 +371,18 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
   // Without aging the queue is one stream; with aging each priority level is
   // a stream of its own (within a level, effective priority never increases).
   std::vector<std::int32_t> levels;
+  std::vector<ReadyRow> heads;
   ClaimPlannerOptions options;
   options.mode = request.mode;
   options.slots = request.slots;
   if (request.aging_us) {
-    levels = FindLevels(tx, request.queue);
-    if (levels.empty()) {
+    heads = FindLevels(tx, ctx);
+    if (heads.empty()) {
       finish(result);
       return result;
     }
+    for (const ReadyRow& h : heads) levels.push_back(h.priority);
     options.stream_count = static_cast<int>(levels.size());
-    options.first_window = std::max<std::int64_t>(
-        4, (std::int64_t{request.slots} * 4 + options.stream_count - 1) / options.stream_count);
   }
   result.streams = options.stream_count;
   ClaimPlanner planner(options);
@@ -388,7 +390,14 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
   std::unordered_set<std::int64_t> locked_rows;
   bool holds_lock = false;
 
-  std::vector<WindowRead> reads = planner.FirstReads();
+  // With aging, each level's first row tells the planner where the level
+  // starts in claim order: levels that cannot reach the plan are never read.
+  std::vector<WindowRead> reads;
+  if (request.aging_us) {
+    for (std::size_t s = 0; s < heads.size(); ++s) planner.SetStreamStart(static_cast<int>(s), heads[s]);
+  } else {
+    reads = planner.FirstReads();
+  }
   std::vector<CatchUpRead> catch_ups;
   PlanStep step;
   for (;;) {

@@ -37,6 +37,7 @@ struct ModelCase {
   std::vector<ModelRow> rows;
   std::map<std::string, std::int64_t> allowed;  // per key
   std::int64_t first_window = 0;
+  bool stream_starts = false;  // start from SetStreamStart() + Plan(), as aged claims do
 };
 
 bool IndexBefore(const ReadyRow& a, const ReadyRow& b) {
@@ -123,7 +124,18 @@ std::vector<std::int64_t> PlannerClaim(const ModelCase& c, Stats* stats) {
     return std::find(w.skip_keys.begin(), w.skip_keys.end(), *r.limit_key) != w.skip_keys.end();
   };
 
-  std::vector<WindowRead> reads = planner.FirstReads();
+  std::vector<WindowRead> reads;
+  if (c.stream_starts && !c.rows.empty()) {
+    // Streams come from the levels present, so each has a first row.
+    for (std::size_t s = 0; s < streams.size(); ++s) {
+      planner.SetStreamStart(static_cast<int>(s), streams[s].front());
+    }
+    PlanStep first = planner.Plan();
+    if (first.settled) return first.plan;
+    reads = first.reads;
+  } else {
+    reads = planner.FirstReads();
+  }
   std::vector<CatchUpRead> catch_ups;
   std::set<std::int64_t> locked;
   PlanStep step;
@@ -196,6 +208,7 @@ ModelCase RandomCase(std::uint64_t seed, bool aging) {
   c.mode = uni(0, 1) ? ClaimMode::kFair : ClaimMode::kOrdered;
   c.slots = static_cast<int>(uni(0, 3) == 0 ? uni(1, 3) : uni(1, 12));
   c.first_window = uni(0, 2) == 0 ? uni(1, 5) : 0;  // tiny windows stress the stop rule
+  c.stream_starts = aging && uni(0, 1) == 1;
   const int n_rows = static_cast<int>(uni(0, 3) == 0 ? uni(0, 8) : uni(0, 120));
   const int n_keys = static_cast<int>(uni(1, 12));
   const int n_levels = static_cast<int>(uni(1, 5));
@@ -237,7 +250,7 @@ std::string Describe(const ModelCase& c, std::uint64_t seed) {
   std::ostringstream out;
   out << "seed=" << seed << " mode=" << (c.mode == ClaimMode::kFair ? "fair" : "ordered")
       << " slots=" << c.slots << " aging=" << c.aging << " rows=" << c.rows.size()
-      << " first_window=" << c.first_window;
+      << " first_window=" << c.first_window << " stream_starts=" << c.stream_starts;
   return out.str();
 }
 
