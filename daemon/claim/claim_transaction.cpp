@@ -109,8 +109,7 @@ std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const ReadContext& ctx, co
     const std::string inner = "SELECT *" + from;
     st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + inner + " AND priority = " + p +
              " AND (run_at, id) > (" + Timestamp(r) + ", " + i + ") ORDER BY run_at, id LIMIT " +
-             limit + ") UNION ALL (" + inner + " AND priority < " + p +
-             " ORDER BY priority DESC, run_at, id LIMIT " + limit +
+             limit + ") UNION ALL (" + inner + " AND priority <= " + p + "::int - 1 ORDER BY priority DESC, run_at, id LIMIT " + limit +
              ")) w ORDER BY w.priority DESC, w.run_at, w.id LIMIT " + limit;
   }
   return ToRows(tx.exec(st.sql, st.params()));
@@ -118,20 +117,22 @@ std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const ReadContext& ctx, co
 
 // The priority levels present among the queue's queued rows, highest first,
 // each with its first row in index order (ready or not): a skip scan over
-// jobs_claim_idx, two index descents per level.
+// jobs_claim_idx, one index descent per level (each step asks for the first
+// row below the previous level; `<= p - 1` rather than `< p`, which on the
+// DESC column made each descent walk the previous level's entries).
 std::vector<ReadyRow> FindLevels(pg::Transaction& tx, const ReadContext& ctx) {
   Statement st;
   const std::string queue = st.bind(ctx.queue);
-  st.sql = "WITH RECURSIVE levels(p) AS ("
-           "  SELECT max(priority) FROM akadze.jobs WHERE queue = " + queue + " AND state = 'queued'"
+  st.sql = "WITH RECURSIVE heads AS ("
+           "  (SELECT id, limit_key, priority, run_at FROM akadze.jobs"
+           "   WHERE queue = " + queue + " AND state = 'queued'"
+           "   ORDER BY priority DESC, run_at, id LIMIT 1)"
            "  UNION ALL"
-           "  SELECT (SELECT max(priority) FROM akadze.jobs"
-           "          WHERE queue = " + queue + " AND state = 'queued' AND priority < l.p)"
-           "  FROM levels l WHERE l.p IS NOT NULL)"
-           " SELECT " + RowColumns(st, ctx, "h") + " FROM levels l CROSS JOIN LATERAL ("
-           "  SELECT * FROM akadze.jobs WHERE queue = " + queue + " AND state = 'queued'"
-           "  AND priority = l.p ORDER BY run_at, id LIMIT 1) h"
-           " WHERE l.p IS NOT NULL ORDER BY l.p DESC";
+           "  SELECT n.* FROM heads h CROSS JOIN LATERAL ("
+           "    SELECT j.id, j.limit_key, j.priority, j.run_at FROM akadze.jobs j"
+           "    WHERE j.queue = " + queue + " AND j.state = 'queued' AND j.priority <= h.priority - 1"
+           "    ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) n)"
+           " SELECT " + RowColumns(st, ctx, "heads") + " FROM heads ORDER BY heads.priority DESC";
   return ToRows(tx.exec(st.sql, st.params()));
 }
 
@@ -383,6 +384,9 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
     }
     for (const ReadyRow& h : heads) levels.push_back(h.priority);
     options.stream_count = static_cast<int>(levels.size());
+    // A level is read only when the plan needs it, usually for a few rows:
+    // its first window is `slots` rows, doubling from there.
+    options.first_window = request.slots;
   }
   result.streams = options.stream_count;
   ClaimPlanner planner(options);
