@@ -61,6 +61,7 @@ int RunDemo(const DemoOptions& o) {
 
   const std::string worker = RandomUuid();
   int done = 0;
+  bool was_empty = false;
   while (true) {
     ClaimRequest request;
     request.queue = "default";
@@ -72,8 +73,14 @@ int RunDemo(const DemoOptions& o) {
       std::cout << "claim job=" << job.id << " task=" << job.task
                 << " key=" << job.limit_key.value_or("-") << " priority=" << job.priority << '\n';
     }
-    std::cout << "claimed " << r.jobs.size() << " in " << r.elapsed_ms << " ms (windows=" << r.windows
-              << " rows_read=" << r.rows_read << ")" << std::endl;
+    // An empty claim is reported once per stretch of empty claims.
+    if (!r.jobs.empty() || !was_empty) {
+      std::cout << "claimed " << r.jobs.size() << " in " << r.elapsed_ms << " ms (windows=" << r.windows
+                << " rows_read=" << r.rows_read << ")"
+                << (r.jobs.empty() ? ": every remaining key is at its limit, waiting" : "")
+                << std::endl;
+    }
+    was_empty = r.jobs.empty();
     if (InterruptedWithin(o.work_ms)) {
       std::cout << "interrupted" << std::endl;
       break;
