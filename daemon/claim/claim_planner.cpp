@@ -55,9 +55,7 @@ void ClaimPlanner::MergeNewRows(std::size_t first_new) {
   }
 }
 
-void ClaimPlanner::AddWindow(const WindowRead& read, std::span<const ReadyRow> rows,
-                             bool exhausted) {
-  Stream& stream = streams_.at(static_cast<std::size_t>(read.stream));
+void ClaimPlanner::AddRows(std::span<const ReadyRow> rows) {
   std::size_t first_new = rows_.size();
   for (const ReadyRow& r : rows) {
     if (row_by_id_.contains(r.id)) continue;
@@ -65,23 +63,22 @@ void ClaimPlanner::AddWindow(const WindowRead& read, std::span<const ReadyRow> r
     row_by_id_.emplace(r.id, static_cast<int>(rows_.size()));
     rows_.push_back(Row{r, g, false});
   }
-  if (!rows.empty()) stream.frontier = rows.back();
-  if (exhausted) stream.exhausted = true;
   MergeNewRows(first_new);
 }
 
+void ClaimPlanner::AddWindow(const WindowRead& read, std::span<const ReadyRow> rows,
+                             bool exhausted) {
+  Stream& stream = streams_.at(static_cast<std::size_t>(read.stream));
+  AddRows(rows);
+  if (!rows.empty()) stream.frontier = rows.back();
+  if (exhausted) stream.exhausted = true;
+}
+
 void ClaimPlanner::AddCatchUp(const CatchUpRead& read, std::span<const ReadyRow> rows) {
-  std::size_t first_new = rows_.size();
-  for (const ReadyRow& r : rows) {
-    if (row_by_id_.contains(r.id)) continue;
-    int g = GroupFor(r.limit_key);
-    row_by_id_.emplace(r.id, static_cast<int>(rows_.size()));
-    rows_.push_back(Row{r, g, false});
-  }
+  AddRows(rows);
   int g = GroupFor(read.limit_key);
   skipped_[static_cast<std::size_t>(g) * streams_.size() + static_cast<std::size_t>(read.stream)] =
       kRead;
-  MergeNewRows(first_new);
 }
 
 std::vector<std::string> ClaimPlanner::KeysNeedingState() const {

@@ -176,6 +176,8 @@ class ClaimPlanner {
   };
 
   int GroupFor(const std::optional<std::string>& key);
+  // Stores rows not known yet (by id) and merges them into claim order.
+  void AddRows(std::span<const ReadyRow> rows);
   void MergeNewRows(std::size_t first_new);
   // True when group g may be skipped in a stream whose rows of g are all
   // known up to c (see the header comment). Valid after Plan().
