@@ -22,11 +22,11 @@
 //  * Fair: an unread row may belong to an unseen group, whose turn is 1; so
 //    the plan is settled once it holds `slots` exact rows of turn 1, or
 //    nothing is left unread.
-//  * A group is skipped in a stream once its k-th live row lies at or before
-//    the point up to which it was read there, where k = its key's n, or in
-//    fair mode also T-1, T being the turn of the slots-th exact candidate:
-//    every later row of that group has rank > n or turn >= T behind a settled
-//    candidate, so it can never enter the plan.
+//  * A group is skipped in a stream read up to c once, with L its live rows
+//    at or before c: L >= n (its key's allowance), or in fair mode L >= T
+//    (T: the turn of the slots-th exact candidate, the cut), or L >= T - 1
+//    with the cut row at or before c. Every later row of the group is then
+//    past its key's n or behind the cut, so it can never enter the plan.
 //  * RemoveRows() (rows another claim locked) can make a skipped group
 //    relevant again; the planner then asks for a catch-up read of exactly the
 //    rows it skipped. Removing a planned row never evicts another planned row
