@@ -73,7 +73,7 @@ void AddClaimCommand(CLI::App& app, Action& action) {
           return kExitUsage;
         }
       }
-      try {
+      return RunCommand("claim", [&] {
         pg::Connection conn = pg::Connection::Open(ResolveDatabaseUrl(o->url), "akadzed claim");
         ClaimResult r = RunClaim(conn, request);
         if (o->json) {
@@ -91,13 +91,7 @@ void AddClaimCommand(CLI::App& app, Action& action) {
                     << " elapsed_ms=" << r.elapsed_ms << std::endl;
         }
         return kExitOk;
-      } catch (const std::invalid_argument& e) {
-        PrintError("claim", e);
-        return kExitUsage;
-      } catch (const std::exception& e) {
-        PrintError("claim failed", e);
-        return kExitFailure;
-      }
+      });
     };
   });
 }

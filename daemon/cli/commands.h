@@ -46,4 +46,9 @@ void PrintError(const std::string& prefix, const std::string& message);
 // column gets a hint to run `akadzed migrate`.
 void PrintError(const std::string& prefix, const std::exception& error);
 
+// Runs a command's body and turns what it throws into the documented exit
+// codes: std::invalid_argument is bad usage ("<command>: ...", exit 2),
+// anything else a failure ("<command> failed: ...", exit 1).
+int RunCommand(const std::string& command, const std::function<int()>& body);
+
 }  // namespace akadzed::cli

@@ -41,6 +41,18 @@ void PrintError(const std::string& prefix, const std::exception& error) {
   PrintError(prefix, message);
 }
 
+int RunCommand(const std::string& command, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::invalid_argument& e) {
+    PrintError(command, e);
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    PrintError(command + " failed", e);
+    return kExitFailure;
+  }
+}
+
 void PrintError(const std::string& prefix, const std::string& message) {
   std::cerr << prefix << ": " << OneLine(RedactSecrets(message)) << std::endl;
 }

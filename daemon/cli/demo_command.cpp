@@ -110,12 +110,7 @@ void AddDemoCommand(CLI::App& app, Action& action) {
   cmd->add_option("--work-ms", o->work_ms, "Pretend work time per claim")->check(CLI::Range(0, 60000));
   cmd->callback([&action, o] {
     action = [o]() -> int {
-      try {
-        return RunDemo(*o);
-      } catch (const std::exception& e) {
-        PrintError("demo failed", e);
-        return kExitFailure;
-      }
+      return RunCommand("demo", [&] { return RunDemo(*o); });
     };
   });
 }

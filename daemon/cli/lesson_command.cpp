@@ -78,12 +78,7 @@ void AddLessonCommand(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"all", "priority", "skip-locked", "starvation", "aging"}));
   cmd->callback([&action, o] {
     action = [o]() -> int {
-      try {
-        return RunLesson(*o);
-      } catch (const std::exception& e) {
-        PrintError("lesson failed", e);
-        return kExitFailure;
-      }
+      return RunCommand("lesson", [&] { return RunLesson(*o); });
     };
   });
 }

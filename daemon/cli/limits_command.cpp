@@ -22,19 +22,16 @@ struct LimitsOptions {
 
 std::string Cap(const std::optional<std::int64_t>& v) { return v ? std::to_string(*v) : "-"; }
 
+// Runs `body` on a connection to `url`; `check`, if given, first, before any
+// connection attempt (its std::invalid_argument is a usage error).
 int Run(const std::string& what, const std::function<void(pg::Connection&)>& body,
-        const std::string& url) {
-  try {
+        const std::string& url, const std::function<void()>& check = {}) {
+  return RunCommand("limits " + what, [&] {
+    if (check) check();
     pg::Connection conn = pg::Connection::Open(ResolveDatabaseUrl(url), "akadzed limits");
     body(conn);
     return kExitOk;
-  } catch (const std::invalid_argument& e) {
-    PrintError("limits " + what, e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    PrintError("limits " + what + " failed", e);
-    return kExitFailure;
-  }
+  });
 }
 
 }  // namespace
@@ -66,19 +63,13 @@ void AddLimitsCommand(CLI::App& app, Action& action) {
           return kExitUsage;
         }
       }
-      try {
-        ValidateLimit(row);  // usage errors before any connection attempt
-      } catch (const std::invalid_argument& e) {
-        PrintError("limits set", e);
-        return kExitUsage;
-      }
       return Run("set", [&](pg::Connection& conn) {
         SetLimit(conn, row);
         std::cout << "set " << row.key << " max_running=" << Cap(row.max_running)
                   << " max_starts=" << Cap(row.max_starts) << " starts_window="
                   << (row.starts_window_us ? FormatDuration(*row.starts_window_us) : "-")
                   << std::endl;
-      }, o->url);
+      }, o->url, [&] { ValidateLimit(row); });
     };
   });
 

@@ -13,7 +13,7 @@ void AddMigrateCommand(CLI::App& app, Action& action) {
   AddDatabaseOption(cmd, *url);
   cmd->callback([&action, url] {
     action = [url]() -> int {
-      try {
+      return RunCommand("migrate", [&] {
         pg::Connection conn = pg::Connection::Open(ResolveDatabaseUrl(*url), "akadzed migrate");
         std::vector<std::string> applied = Migrate(conn);
         if (applied.empty()) {
@@ -21,10 +21,7 @@ void AddMigrateCommand(CLI::App& app, Action& action) {
         }
         for (const auto& v : applied) std::cout << "applied " << v << std::endl;
         return kExitOk;
-      } catch (const std::exception& e) {
-        PrintError("migrate failed", e);
-        return kExitFailure;
-      }
+      });
     };
   });
 }
