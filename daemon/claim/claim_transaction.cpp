@@ -139,14 +139,14 @@ std::vector<ReadyRow> FindLevels(pg::Transaction& tx, const ReadContext& ctx) {
 // Windows of several level streams (aging) in one statement. A row is skipped
 // only if every read skips its group: skipping less than allowed is safe.
 std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const ReadContext& ctx,
-                                                    const std::vector<std::int32_t>& levels,
+                                                    const std::vector<ReadyRow>& heads,
                                                     const std::vector<WindowRead>& reads) {
   std::vector<std::int64_t> level, after_run_at, after_id, limit;
   std::vector<std::string> has_after;
   std::vector<std::string> skip_keys = reads.front().skip_keys;
   bool skip_null = true;
   for (const WindowRead& w : reads) {
-    level.push_back(levels[static_cast<std::size_t>(w.stream)]);
+    level.push_back(heads[static_cast<std::size_t>(w.stream)].priority);
     has_after.push_back(w.after ? "t" : "f");
     after_run_at.push_back(w.after ? w.after->run_at_us : 0);
     after_id.push_back(w.after ? w.after->id : 0);
@@ -346,13 +346,18 @@ void ValidateClaimRequest(const ClaimRequest& request) {
   }
 }
 
+namespace {
+
+double MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
 ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request) {
   ValidateClaimRequest(request);
   const auto started = std::chrono::steady_clock::now();
-  auto finish = [&](ClaimResult& r) {
-    r.elapsed_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  };
+  auto finish = [&](ClaimResult& r) { r.elapsed_ms = MillisecondsSince(started); };
   ClaimResult result;
   result.worker_id = request.worker_id.empty() ? RandomUuid() : request.worker_id;
 
@@ -371,8 +376,7 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
   ReadContext ctx{request.queue, request.aging_us ? DecimalSeconds(*request.aging_us) : ""};
   // Without aging the queue is one stream; with aging each priority level is
   // a stream of its own (within a level, effective priority never increases).
-  std::vector<std::int32_t> levels;
-  std::vector<ReadyRow> heads;
+  std::vector<ReadyRow> heads;  // with aging: each level's first row
   ClaimPlannerOptions options;
   options.mode = request.mode;
   options.slots = request.slots;
@@ -382,8 +386,7 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
       finish(result);
       return result;
     }
-    for (const ReadyRow& h : heads) levels.push_back(h.priority);
-    options.stream_count = static_cast<int>(levels.size());
+    options.stream_count = static_cast<int>(heads.size());
     // A level is read only when the plan needs it, usually for a few rows:
     // its first window is `slots` rows, doubling from there.
     options.first_window = request.slots;
@@ -413,7 +416,7 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
     if (!reads.empty()) {
       std::vector<std::vector<ReadyRow>> windows;
       if (request.aging_us) {
-        windows = ReadLevelWindows(tx, ctx, levels, reads);
+        windows = ReadLevelWindows(tx, ctx, heads, reads);
       } else {
         for (const WindowRead& w : reads) windows.push_back(ReadWindow(tx, ctx, w));
       }
@@ -510,7 +513,7 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
 }
 
 ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
-  ValidateClaimRequest(request);
+  ValidateClaimRequest(request);  // before BEGIN: a bad request costs no round trip
   const auto started = std::chrono::steady_clock::now();
   // The lock-then-recount rule needs each statement to see what claims that
   // held a key's lock before committed: READ COMMITTED, whatever the
@@ -522,8 +525,7 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   } else {
     tx.commit();
   }
-  result.elapsed_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  result.elapsed_ms = MillisecondsSince(started);  // the whole transaction, COMMIT included
   return result;
 }
 
