@@ -8,14 +8,17 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "pg/connection.h"
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
 #include "schema/migrations.h"
+#include "support/caught_error.h"
 #include "support/run_command.h"
 #include "support/test_cluster.h"
 
@@ -49,13 +52,11 @@ std::vector<std::string> Column(const Result& r, int column = 0) {
 // The SQLSTATE of the PgError `body` throws, "" when it throws none.
 template <typename F>
 std::string SqlStateOf(F&& body, std::string* message = nullptr) {
-  try {
-    body();
-  } catch (const pg::PgError& e) {
-    if (message != nullptr) *message = e.what();
-    return e.sqlstate();
-  }
-  return "";
+  test::Caught caught = test::Capture(std::forward<F>(body));
+  // Anything but a PgError is not an answer to "which SQLSTATE": fail loudly.
+  if (caught.kind == "other") throw std::runtime_error("not a PgError: " + caught.message);
+  if (message != nullptr && caught.kind != "none") *message = caught.message;
+  return caught.sqlstate;
 }
 
 // Inserts a job with `columns` = `values` (SQL text) and returns the SQLSTATE

@@ -22,6 +22,7 @@
 #include "pg/pg_error.h"
 #include "pg/result.h"
 #include "pg/transaction.h"
+#include "support/caught_error.h"
 #include "support/test_cluster.h"
 
 namespace akadzed {
@@ -31,40 +32,8 @@ using pg::Connection;
 using pg::Params;
 using pg::Result;
 using pg::Transaction;
-
-// What a call threw, described by the most derived pg error class.
-struct Caught {
-  std::string kind = "none";  // none, InDoubtError, ConnectionError, TransientError,
-                              // SqlError, PgError, other
-  std::string sqlstate;
-  std::string message;
-  bool transient = false;
-  bool poisons = false;
-};
-
-Caught Describe(std::string kind, const pg::PgError& e) {
-  return Caught{std::move(kind), e.sqlstate(), e.what(), e.transient(), e.poisons_connection()};
-}
-
-template <typename F>
-Caught Capture(F&& body) {
-  try {
-    body();
-  } catch (const pg::InDoubtError& e) {
-    return Describe("InDoubtError", e);
-  } catch (const pg::ConnectionError& e) {
-    return Describe("ConnectionError", e);
-  } catch (const pg::TransientError& e) {
-    return Describe("TransientError", e);
-  } catch (const pg::SqlError& e) {
-    return Describe("SqlError", e);
-  } catch (const pg::PgError& e) {
-    return Describe("PgError", e);
-  } catch (const std::exception& e) {
-    return Caught{"other", "", e.what(), false, false};
-  }
-  return Caught{};
-}
+using test::Capture;
+using test::Caught;
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
