@@ -28,7 +28,7 @@ ClaimPlanner::ClaimPlanner(const ClaimPlannerOptions& options) : options_(option
   if (options_.first_window <= 0) options_.first_window = std::int64_t{options_.slots} * 4;
   streams_.resize(static_cast<std::size_t>(options_.stream_count));
   for (auto& s : streams_) s.next_window = options_.first_window;
-  groups_.push_back(Group{std::nullopt, true, kUnlimited, 0});  // the NULL-key group
+  groups_.push_back(Group{std::nullopt, true, kUnlimited});  // the NULL-key group
   skipped_.assign(static_cast<std::size_t>(options_.stream_count), kRead);
 }
 
@@ -37,7 +37,7 @@ int ClaimPlanner::GroupFor(const std::optional<std::string>& key) {
   auto it = group_by_key_.find(*key);
   if (it != group_by_key_.end()) return it->second;
   int g = static_cast<int>(groups_.size());
-  groups_.push_back(Group{key, false, 0, 0});
+  groups_.push_back(Group{key, false, 0});
   group_by_key_.emplace(*key, g);
   skipped_.resize(groups_.size() * streams_.size(), kRead);
   return g;
@@ -284,11 +284,8 @@ PlanStep ClaimPlanner::Plan() {
   }
   if (!step.catch_ups.empty()) step.settled = false;
 
-  if (step.settled) {
-    for (int idx : plan) step.plan.push_back(rows_[static_cast<std::size_t>(idx)].data.id);
-    return step;
-  }
   for (int idx : plan) step.plan.push_back(rows_[static_cast<std::size_t>(idx)].data.id);
+  if (step.settled) return step;
 
   // Which streams to read. When the plan is full and only needs its last row
   // to become exact: the streams whose frontier is still before that row.

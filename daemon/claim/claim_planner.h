@@ -157,10 +157,7 @@ class ClaimPlanner {
   struct Group {
     std::optional<std::string> key;
     bool has_state = false;
-    std::int64_t allowed = kUnlimited;
-    // Filled by Plan(): live rows ranked so far and, for the ranks Plan()
-    // needs, the row index of the rank-k live row (k = 1..).
-    std::int64_t live = 0;
+    std::int64_t allowed = kUnlimited;  // valid once has_state
   };
   struct Stream {
     std::optional<ReadyRow> frontier;  // last row read; nullopt: none yet
