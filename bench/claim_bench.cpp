@@ -361,6 +361,18 @@ std::vector<std::int64_t> RunReference(pg::Connection& conn,
   return ids;
 }
 
+// akadzed's claim for scenario `sc`, as a dry run (the queue is unchanged).
+akadzed::ClaimRequest ClaimFor(const Scenario& sc, const Settings& st) {
+  akadzed::ClaimRequest claim;
+  claim.queue = kQueue;
+  claim.slots = st.slots;
+  claim.mode = sc.mode;
+  claim.aging_us = sc.aging_us;
+  claim.worker_id = kWorkerId;
+  claim.dry_run = true;
+  return claim;
+}
+
 Row Measure(pg::Connection& conn, const Scenario& sc, const Settings& st) {
   Row row;
   row.scenario = &sc;
@@ -369,13 +381,7 @@ Row Measure(pg::Connection& conn, const Scenario& sc, const Settings& st) {
   ref.slots = st.slots;
   ref.fair = sc.mode == ClaimMode::kFair;
   ref.aging_us = sc.aging_us;
-  akadzed::ClaimRequest claim;
-  claim.aging_us = sc.aging_us;
-  claim.queue = kQueue;
-  claim.slots = st.slots;
-  claim.mode = sc.mode;
-  claim.worker_id = kWorkerId;
-  claim.dry_run = true;
+  const akadzed::ClaimRequest claim = ClaimFor(sc, st);
 
   std::vector<double> ref_ms;
   std::vector<double> ak_ms;
@@ -436,13 +442,7 @@ void Explain(pg::Connection& conn, const Scenario& sc, const Settings& st) {
       st.explain_min_ms));
   std::cerr << "---- auto_explain of akadzed's claim statements (>= " << st.explain_min_ms
             << " ms), scenario " << sc.name << " ----" << std::endl;
-  akadzed::ClaimRequest claim;
-  claim.queue = kQueue;
-  claim.slots = st.slots;
-  claim.mode = sc.mode;
-  claim.worker_id = kWorkerId;
-  claim.dry_run = true;
-  akadzed::RunClaim(conn, claim);
+  akadzed::RunClaim(conn, ClaimFor(sc, st));
   conn.exec("SET client_min_messages = notice; SET auto_explain.log_min_duration = -1");
   std::cerr << "---- end of auto_explain, scenario " << sc.name << " ----" << std::endl;
 }
