@@ -1,0 +1,2 @@
+// `akadzed run` and `akadzed check-config` (filled in with the daemon).
+#include "cli/commands.h"

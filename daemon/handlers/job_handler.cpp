@@ -1,0 +1,40 @@
+#include "handlers/job_handler.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <system_error>
+
+namespace akadzed {
+
+const char* OutcomeKindName(OutcomeKind kind) {
+  switch (kind) {
+    case OutcomeKind::kSuccess: return "success";
+    case OutcomeKind::kRetry: return "retry";
+    case OutcomeKind::kSnooze: return "snooze";
+    case OutcomeKind::kFail: return "fail";
+    case OutcomeKind::kCancel: return "cancel";
+    case OutcomeKind::kRelease: return "release";
+  }
+  return "unknown";
+}
+
+JobStop::JobStop() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+}
+
+JobStop::~JobStop() { close(fd_); }
+
+void JobStop::Request(StopReason reason) {
+  StopReason expected = StopReason::kNone;
+  if (reason == StopReason::kNone) return;
+  if (reason_.compare_exchange_strong(expected, reason, std::memory_order_acq_rel)) {
+    std::uint64_t one = 1;
+    // Cannot fail short of a closed fd; the atomic already carries the reason.
+    [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof one);
+  }
+}
+
+}  // namespace akadzed

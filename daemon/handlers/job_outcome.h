@@ -1,0 +1,35 @@
+// What running a job came to: the handler's report (docs/handlers.md), which
+// the finisher turns into the job's next state (SPEC §4, akadze's rules).
+//
+// Thread-safety: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace akadzed {
+
+enum class OutcomeKind {
+  kSuccess,  // succeeded; result_json optional
+  kRetry,    // failed run: attempt+1, queued again after delay_us or the
+             // backoff min(2^(attempt-1), 300) s, failed when attempts are spent
+  kSnooze,   // queued again after delay_us; no attempt spent (snoozes+1)
+  kFail,     // permanent failure: attempt+1, failed now
+  kCancel,   // cancelled
+  kRelease,  // daemon-internal (shutdown): queued now, no attempt spent
+};
+
+struct JobOutcome {
+  OutcomeKind kind = OutcomeKind::kSuccess;
+  std::optional<std::string> result_json;  // kSuccess: a valid JSON text
+  std::optional<std::int64_t> delay_us;    // kRetry (optional), kSnooze (required)
+  std::string error;    // kRetry/kFail/kCancel: error class, e.g. "Timeout"
+  std::string message;  // human text; stored redacted, cut to 500 chars
+};
+
+// Lower-case names for logs and docs: "success", "retry", "snooze", "fail",
+// "cancel", "release".
+const char* OutcomeKindName(OutcomeKind kind);
+
+}  // namespace akadzed
