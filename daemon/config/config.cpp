@@ -1,0 +1,465 @@
+#include "config/config.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <filesystem>
+#include <regex>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "core/duration.h"
+#include "core/redact.h"
+
+namespace akadzed {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t kMaxFileBytes = 1 << 20;
+constexpr int kMaxJsonDepth = 64;
+
+std::string Prefix(const std::string& file, int line) {
+  return line > 0 ? file + ":" + std::to_string(line) + ": " : file + ": ";
+}
+
+// A value being read: its YAML node, its key path for messages (e.g.
+// "queues[1].slots") and its 1-based line (0 when unknown).
+struct Item {
+  YAML::Node node;
+  std::string where;
+  int line = 0;
+};
+
+using Fields = std::vector<std::pair<std::string, Item>>;
+
+const Item* Find(const Fields& fields, std::string_view key) {
+  for (const auto& [name, item] : fields) {
+    if (name == key) return &item;
+  }
+  return nullptr;
+}
+
+int LineOf(const YAML::Node& node) { return node.Mark().is_null() ? 0 : node.Mark().line + 1; }
+
+std::string ErrnoText(int error) { return std::generic_category().message(error); }
+
+std::string JoinNames(const std::vector<std::string_view>& names) {
+  std::string list;
+  for (std::string_view name : names) list += (list.empty() ? "" : ", ") + std::string(name);
+  return list;
+}
+
+// How a value shows in a message: its kind, or a scalar quoted, redacted and
+// cut short.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a sequence";
+    case YAML::NodeType::Scalar:
+      return nlohmann::json(TruncateUtf8(RedactSecrets(node.Scalar()), 80))
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    default: return "nothing";
+  }
+}
+
+// YAML 1.2 core schema booleans.
+std::optional<bool> ParseBool(std::string_view text) {
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  return std::nullopt;
+}
+
+template <typename T>
+std::optional<T> ParseNumber(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// A plain YAML scalar as JSON, typed like YAML 1.2's core schema: null,
+// booleans, integers and finite floats; anything else is a string.
+nlohmann::json PlainScalarJson(const std::string& text) {
+  static const std::regex kInteger(R"([-+]?[0-9]+)");
+  static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+  if (text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
+  if (auto b = ParseBool(text)) return *b;
+  if (std::regex_match(text, kInteger)) {
+    if (auto i = ParseNumber<std::int64_t>(text)) return *i;
+  }
+  if (std::regex_match(text, kFloat)) {
+    if (auto d = ParseNumber<double>(text)) return *d;
+  }
+  return text;
+}
+
+// Reads one document into a DaemonConfig; every check fails through Fail().
+class Reader {
+ public:
+  Reader(std::string file, fs::path dir) : file_(std::move(file)), dir_(std::move(dir)) {}
+
+  DaemonConfig Read(const Item& root) const {
+    if (!root.node.IsMap()) {
+      Fail(root, "expected a mapping of database, worker, queues, handlers and logging, got " +
+                     Describe(root.node));
+    }
+    DaemonConfig config;
+    config.path = file_;
+    const Fields top = Mapping(root, {"database", "worker", "queues", "handlers", "logging"});
+    if (const Item* db = Find(top, "database")) {
+      const Fields fields = Mapping(*db, {"url"});
+      if (const Item* url = Find(fields, "url")) config.database.url = String(*url);
+    }
+    if (const Item* worker = Find(top, "worker")) config.worker = Worker(*worker);
+    const Item queues = Required(root, top, "queues");
+    for (const Item& queue : Sequence(queues)) config.queues.push_back(Queue(queue, config.queues));
+    if (config.queues.empty()) Fail(queues, "at least one queue is required");
+    const Item handlers = Required(root, top, "handlers");
+    for (const auto& [task, handler] : Mapping(handlers)) {
+      if (task.empty()) Fail({{}, handlers.where, handler.line}, "task names must not be empty");
+      config.handlers[task] = Handler(task, handler);
+    }
+    if (config.handlers.empty()) Fail(handlers, "at least one handler is required");
+    if (const Item* logging = Find(top, "logging")) config.logging = Logging(*logging);
+    return config;
+  }
+
+ private:
+  [[noreturn]] void Fail(const Item& at, const std::string& message) const {
+    throw ConfigError(Prefix(file_, at.line) +
+                      RedactSecrets(at.where.empty() ? message : at.where + ": " + message));
+  }
+
+  // The value of `key` in `parent`, reported at the key's line: a block
+  // value starts on the next line, and a null value's mark points past it.
+  static Item Child(const Item& parent, const std::string& key, const YAML::Node& node, int line) {
+    return {node, parent.where.empty() ? key : parent.where + "." + key, line};
+  }
+
+  // The entries of a mapping (nothing counts as empty), in file order. Keys
+  // must be unique strings, and in `known` unless it is empty.
+  Fields Mapping(const Item& item, const std::vector<std::string_view>& known = {}) const {
+    if (item.node.IsNull()) return {};
+    if (!item.node.IsMap()) Fail(item, "expected a mapping, got " + Describe(item.node));
+    Fields fields;
+    for (const auto& entry : item.node) {
+      const int key_line = LineOf(entry.first);
+      if (!entry.first.IsScalar()) {
+        Fail({{}, item.where, key_line}, "keys must be strings, got " + Describe(entry.first));
+      }
+      const std::string key = entry.first.Scalar();
+      Item value = Child(item, key, entry.second, key_line);
+      if (!known.empty() && std::find(known.begin(), known.end(), key) == known.end()) {
+        Fail(value, "unknown key (known: " + JoinNames(known) + ")");
+      }
+      if (const Item* first = Find(fields, key)) {
+        Fail(value, "duplicate key (first on line " + std::to_string(first->line) + ")");
+      }
+      fields.emplace_back(key, std::move(value));
+    }
+    return fields;
+  }
+
+  Item Required(const Item& map, const Fields& fields, const std::string& key) const {
+    if (const Item* item = Find(fields, key)) return *item;
+    Fail(Child(map, key, {}, map.line), "missing required key");
+  }
+
+  // The elements of a sequence (nothing counts as empty).
+  std::vector<Item> Sequence(const Item& item) const {
+    if (item.node.IsNull()) return {};
+    if (!item.node.IsSequence()) Fail(item, "expected a sequence, got " + Describe(item.node));
+    std::vector<Item> items;
+    for (const YAML::Node& node : item.node) {
+      const int line = LineOf(node) > 0 && !node.IsNull() ? LineOf(node) : item.line;
+      items.push_back({node, item.where + "[" + std::to_string(items.size()) + "]", line});
+    }
+    return items;
+  }
+
+  std::string String(const Item& item, bool non_empty = false) const {
+    if (!item.node.IsScalar()) Fail(item, "expected a string, got " + Describe(item.node));
+    const std::string& text = item.node.Scalar();
+    if (non_empty && text.empty()) Fail(item, "must not be empty");
+    if (text.find('\0') != std::string::npos) Fail(item, "must not contain a NUL byte");
+    return text;
+  }
+
+  std::int64_t Integer(const Item& item, std::int64_t min, std::int64_t max) const {
+    std::optional<std::int64_t> value;
+    if (item.node.IsScalar()) value = ParseNumber<std::int64_t>(item.node.Scalar());
+    if (!value || *value < min || *value > max) {
+      Fail(item, "expected an integer from " + std::to_string(min) + " to " + std::to_string(max) +
+                     ", got " + Describe(item.node));
+    }
+    return *value;
+  }
+
+  std::int64_t Duration(const Item& item, bool positive) const {
+    if (!item.node.IsScalar()) {
+      Fail(item, "expected a duration such as 500ms, 30s or 5m, got " + Describe(item.node));
+    }
+    std::string error;
+    const std::optional<std::int64_t> micros = ParseDuration(item.node.Scalar(), &error);
+    if (!micros) Fail(item, error);
+    if (positive && *micros <= 0) Fail(item, "must be greater than 0");
+    return *micros;
+  }
+
+  bool Bool(const Item& item) const {
+    std::optional<bool> value;
+    if (item.node.IsScalar()) value = ParseBool(item.node.Scalar());
+    if (!value) Fail(item, "expected true or false, got " + Describe(item.node));
+    return *value;
+  }
+
+  std::string OneOf(const Item& item, const std::vector<std::string_view>& allowed) const {
+    const std::string text = item.node.IsScalar() ? item.node.Scalar() : "";
+    if (!item.node.IsScalar() || std::find(allowed.begin(), allowed.end(), text) == allowed.end()) {
+      Fail(item, "expected one of " + JoinNames(allowed) + ", got " + Describe(item.node));
+    }
+    return text;
+  }
+
+  // `path` made absolute against the config file's directory.
+  std::string Resolve(const std::string& path) const {
+    const fs::path p(path);
+    return (p.is_absolute() ? p : dir_ / p).lexically_normal().string();
+  }
+
+  // Fails unless `path` is a regular file (a directory with `directory`)
+  // that access(mode) allows.
+  void CheckPath(const Item& at, const std::string& path, const char* verb, int mode,
+                 bool directory = false) const {
+    struct stat st {};
+    std::string problem;
+    if (::stat(path.c_str(), &st) != 0) {
+      problem = ErrnoText(errno);
+    } else if (directory ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+      problem = directory ? "not a directory" : "not a regular file";
+    } else if (::access(path.c_str(), mode) != 0) {
+      problem = ErrnoText(errno);
+    }
+    if (!problem.empty()) Fail(at, std::string("cannot ") + verb + " " + path + ": " + problem);
+  }
+
+  WorkerConfig Worker(const Item& item) const {
+    WorkerConfig w;
+    const Fields fields = Mapping(item, {"heartbeat_interval", "heartbeat_ttl", "poll_interval",
+                                         "shutdown_timeout", "listen_notify"});
+    const Item* interval = Find(fields, "heartbeat_interval");
+    const Item* ttl = Find(fields, "heartbeat_ttl");
+    if (interval) w.heartbeat_interval_us = Duration(*interval, true);
+    if (ttl) w.heartbeat_ttl_us = Duration(*ttl, true);
+    if (const Item* poll = Find(fields, "poll_interval")) {
+      w.poll_interval_us = Duration(*poll, true);
+    }
+    if (const Item* t = Find(fields, "shutdown_timeout")) {
+      w.shutdown_timeout_us = Duration(*t, false);
+    }
+    if (const Item* listen = Find(fields, "listen_notify")) w.listen_notify = Bool(*listen);
+    if (w.heartbeat_ttl_us <= w.heartbeat_interval_us) {
+      const Item& at = ttl ? *ttl : interval ? *interval : item;
+      Fail({at.node, item.where, at.line},
+           "heartbeat_ttl (" + FormatDuration(w.heartbeat_ttl_us) +
+               ") must be greater than heartbeat_interval (" +
+               FormatDuration(w.heartbeat_interval_us) + "); at least twice it is recommended");
+    }
+    return w;
+  }
+
+  QueueConfig Queue(const Item& item, const std::vector<QueueConfig>& earlier) const {
+    if (!item.node.IsMap()) Fail(item, "expected a mapping, got " + Describe(item.node));
+    QueueConfig q;
+    q.line = item.line;
+    const Fields fields = Mapping(item, {"name", "slots", "mode", "aging"});
+    const Item name = Required(item, fields, "name");
+    q.name = String(name, true);
+    for (const QueueConfig& other : earlier) {
+      if (other.name == q.name) {
+        Fail(name, "duplicate queue name (first defined on line " + std::to_string(other.line) +
+                       ")");
+      }
+    }
+    q.slots = static_cast<int>(Integer(Required(item, fields, "slots"), 1, 10000));
+    if (const Item* mode = Find(fields, "mode")) {
+      q.mode = OneOf(*mode, {"ordered", "fair"}) == "fair" ? ClaimMode::kFair : ClaimMode::kOrdered;
+    }
+    if (const Item* aging = Find(fields, "aging")) q.aging_us = Duration(*aging, true);
+    return q;
+  }
+
+  HandlerConfig Handler(const std::string& task, const Item& item) const {
+    HandlerConfig h;
+    h.task = task;
+    h.line = item.line;
+    const Fields fields = Mapping(item, {"shell", "plugin"});
+    const Item* shell = Find(fields, "shell");
+    const Item* plugin = Find(fields, "plugin");
+    if (shell && plugin) Fail(item, "expected exactly one of shell or plugin, got both");
+    if (!shell && !plugin) Fail(item, "expected one of shell or plugin");
+    if (shell) {
+      h.kind = Shell(*shell);
+    } else {
+      h.kind = Plugin(*plugin);
+    }
+    return h;
+  }
+
+  ShellHandlerConfig Shell(const Item& item) const {
+    static const std::regex kEnvName("[A-Za-z_][A-Za-z0-9_]*");
+    ShellHandlerConfig s;
+    const Fields fields = Mapping(item, {"command", "env", "working_directory", "timeout",
+                                         "kill_grace", "max_line_bytes", "max_output_bytes"});
+    const Item command = Required(item, fields, "command");
+    if (command.node.IsScalar()) {
+      Fail(command, "expected a sequence of arguments, e.g. [\"./job.sh\", \"--fast\"], got " +
+                        Describe(command.node));
+    }
+    const std::vector<Item> args = Sequence(command);
+    if (args.empty()) Fail(command, "must not be empty");
+    for (const Item& arg : args) s.command.push_back(String(arg, s.command.empty()));
+    if (s.command[0].find('/') != std::string::npos) {
+      s.command[0] = Resolve(s.command[0]);
+      CheckPath(args[0], s.command[0], "execute", X_OK);
+    }
+    if (const Item* env = Find(fields, "env")) {
+      for (const auto& [name, value] : Mapping(*env)) {
+        if (!std::regex_match(name, kEnvName)) {
+          Fail(value, "not a valid environment variable name (letters, digits and _, not "
+                      "starting with a digit)");
+        }
+        if (name.starts_with("AKADZE_")) {
+          Fail(value, "the AKADZE_ prefix is reserved for variables the daemon sets");
+        }
+        s.env[name] = String(value);
+      }
+    }
+    if (const Item* dir = Find(fields, "working_directory")) {
+      s.working_directory = Resolve(String(*dir, true));
+      CheckPath(*dir, s.working_directory, "enter", X_OK, true);
+    }
+    if (const Item* t = Find(fields, "timeout")) s.timeout_us = Duration(*t, false);
+    if (const Item* g = Find(fields, "kill_grace")) s.kill_grace_us = Duration(*g, false);
+    if (const Item* n = Find(fields, "max_line_bytes")) {
+      s.max_line_bytes = static_cast<std::size_t>(Integer(*n, 1, 1 << 20));
+    }
+    if (const Item* n = Find(fields, "max_output_bytes")) {
+      s.max_output_bytes = static_cast<std::size_t>(Integer(*n, 0, std::int64_t{1} << 30));
+    }
+    return s;
+  }
+
+  PluginHandlerConfig Plugin(const Item& item) const {
+    PluginHandlerConfig p;
+    const Fields fields = Mapping(item, {"path", "config", "timeout"});
+    const Item path = Required(item, fields, "path");
+    p.path = String(path, true);
+    if (p.path.find('/') != std::string::npos) {
+      p.path = Resolve(p.path);
+      CheckPath(path, p.path, "load", R_OK);
+    }
+    if (const Item* config = Find(fields, "config")) {
+      nlohmann::json json = nlohmann::json::object();
+      for (const auto& [key, value] : Mapping(*config)) json[key] = Json(value, *config, 1);
+      p.config_json = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    if (const Item* t = Find(fields, "timeout")) p.timeout_us = Duration(*t, false);
+    return p;
+  }
+
+  // Any YAML value as JSON (plugin configuration); `root` is the whole
+  // configuration, blamed when it nests too deeply (e.g. an alias cycle).
+  nlohmann::json Json(const Item& item, const Item& root, int depth) const {
+    if (depth > kMaxJsonDepth) {
+      Fail(root, "nested more than " + std::to_string(kMaxJsonDepth) + " levels deep");
+    }
+    if (item.node.IsMap()) {
+      nlohmann::json object = nlohmann::json::object();
+      for (const auto& [key, value] : Mapping(item)) object[key] = Json(value, root, depth + 1);
+      return object;
+    }
+    if (item.node.IsSequence()) {
+      nlohmann::json array = nlohmann::json::array();
+      for (const Item& element : Sequence(item)) array.push_back(Json(element, root, depth + 1));
+      return array;
+    }
+    if (!item.node.IsScalar()) return nullptr;
+    // Quoted or explicitly tagged scalars stay strings.
+    if (item.node.Tag() == "?") return PlainScalarJson(item.node.Scalar());
+    return item.node.Scalar();
+  }
+
+  LoggingConfig Logging(const Item& item) const {
+    LoggingConfig l;
+    const Fields fields = Mapping(item, {"level", "format"});
+    if (const Item* level = Find(fields, "level")) {
+      l.level = OneOf(*level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
+    }
+    if (const Item* format = Find(fields, "format")) {
+      const std::string f = OneOf(*format, {"auto", "text", "journald"});
+      l.format = f == "text"       ? LogFormat::kText
+                 : f == "journald" ? LogFormat::kJournald
+                                   : LogFormat::kAuto;
+    }
+    return l;
+  }
+
+  std::string file_;
+  fs::path dir_;
+};
+
+}  // namespace
+
+DaemonConfig ParseConfig(const std::string& text, const std::string& path) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
+    throw ConfigError(Prefix(path, line) + "invalid YAML: " + e.msg);
+  }
+  if (docs.size() > 1) {
+    throw ConfigError(Prefix(path, LineOf(docs[1])) + "expected one YAML document, found more");
+  }
+  if (docs.empty() || docs[0].IsNull()) {
+    throw ConfigError(Prefix(path, 0) +
+                      "the configuration is empty (queues and handlers are required)");
+  }
+  std::error_code ec;
+  fs::path dir = fs::absolute(fs::path(path), ec).parent_path();
+  return Reader(path, std::move(dir)).Read({docs[0], "", LineOf(docs[0])});
+}
+
+DaemonConfig LoadConfigFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(Prefix(path, 0) + "cannot read: " + ErrnoText(errno));
+  std::string text;
+  char buffer[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || text.size() + static_cast<std::size_t>(n) > kMaxFileBytes) {
+      const std::string reason = n < 0 ? ErrnoText(errno) : "larger than 1 MiB";
+      ::close(fd);
+      throw ConfigError(Prefix(path, 0) + "cannot read: " + reason);
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return ParseConfig(text, path);
+}
+
+}  // namespace akadzed

@@ -1,0 +1,72 @@
+// A job handler that runs jobs in a plugin: a shared object speaking the C
+// ABI of akadzed/plugin.h (docs/plugins.md).
+//
+// A plugin file is opened once per process (dlopen RTLD_NOW | RTLD_LOCAL) and
+// shared by every handler that uses it; it is closed when the last of them is
+// destroyed. Each handler owns one plugin instance (init with its task's
+// config, shutdown in the destructor).
+//
+// Thread-safety: Run is called concurrently from many threads; it calls the
+// plugin's handle() in the calling thread with the shared instance (plugins
+// are required to allow that). Construction and destruction of handlers may
+// happen on any thread; a handler must outlive its Runs.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "handlers/job_handler.h"
+
+namespace akadzed {
+
+// A plugin that cannot be used. what() is one line naming the file and what
+// is wrong with it.
+class PluginError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class LoadedPlugin;  // an open plugin file, shared by its handlers
+
+class PluginHandler : public JobHandler {
+ public:
+  // Opens the plugin config.path (see VerifyPlugin), checks its ABI and
+  // calls init with config.config_json. Throws PluginError.
+  PluginHandler(std::string task, const PluginHandlerConfig& config);
+  // Calls the plugin's shutdown(instance); the file is closed with its last
+  // handler.
+  ~PluginHandler() override;
+  PluginHandler(const PluginHandler&) = delete;
+  PluginHandler& operator=(const PluginHandler&) = delete;
+
+  // Calls handle() in this thread. stop_requested() turns true once `stop`
+  // is requested or config.timeout_us (if > 0) has passed since this call
+  // started; a timeout is reported (kRetry "Timeout") only after the plugin
+  // returns, so plugins must poll stop_requested. A plugin's bad report
+  // (unknown code, result not JSON, snooze without a delay) is kRetry
+  // "BadOutcome". Never throws.
+  JobOutcome Run(const ClaimedJob& job, JobStop& stop) override;
+  const char* kind() const override { return "plugin"; }
+
+ private:
+  std::string task_;
+  std::shared_ptr<LoadedPlugin> plugin_;
+  void* instance_ = nullptr;  // the plugin's; shared by concurrent Runs
+  std::int64_t timeout_us_ = 0;
+};
+
+// Resolves config.path (a path containing '/' is used as is, a bare file
+// name is searched in PluginSearchPath()), opens it and checks its ABI
+// without calling init (for check-config). Throws PluginError.
+void VerifyPlugin(const PluginHandlerConfig& config);
+
+// Directories searched for bare plugin file names, in order: each non-empty
+// entry of $AKADZED_PLUGIN_PATH (colon-separated), then
+// <directory of /proc/self/exe>/plugins and
+// <directory of /proc/self/exe>/../lib/akadzed/plugins (normalized).
+std::vector<std::string> PluginSearchPath();
+
+}  // namespace akadzed
