@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("akadzed ") + AKADZED_VERSION);
   akadzed::cli::Action action;
+  akadzed::cli::AddRunCommand(app, action);
+  akadzed::cli::AddCheckConfigCommand(app, action);
   akadzed::cli::AddMigrateCommand(app, action);
   akadzed::cli::AddClaimCommand(app, action);
   akadzed::cli::AddLimitsCommand(app, action);

@@ -19,6 +19,7 @@ namespace akadzed::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+// 78 (EX_CONFIG): a configuration error, see config/config.h (kExitConfig).
 
 using Action = std::function<int()>;
 
@@ -27,6 +28,8 @@ void AddClaimCommand(CLI::App& app, Action& action);
 void AddLimitsCommand(CLI::App& app, Action& action);
 void AddDemoCommand(CLI::App& app, Action& action);
 void AddLessonCommand(CLI::App& app, Action& action);
+void AddRunCommand(CLI::App& app, Action& action);
+void AddCheckConfigCommand(CLI::App& app, Action& action);
 
 // Starts a throwaway PostgreSQL for the quick-start commands (demo, lesson),
 // migrates it and says so on stdout. The cluster is removed when the returned

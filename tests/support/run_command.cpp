@@ -18,9 +18,6 @@ extern char** environ;
 
 namespace akadzed::test {
 
-namespace {
-
-// "NAME=value" entries of our environment with `changes` applied.
 std::vector<std::string> ChildEnvironment(const EnvChanges& changes) {
   std::vector<std::string> out;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -34,13 +31,15 @@ std::vector<std::string> ChildEnvironment(const EnvChanges& changes) {
   return out;
 }
 
-std::vector<char*> Pointers(std::vector<std::string>& strings) {
+std::vector<char*> ExecPointers(std::vector<std::string>& strings) {
   std::vector<char*> out;
   out.reserve(strings.size() + 1);
   for (std::string& s : strings) out.push_back(s.data());
   out.push_back(nullptr);
   return out;
 }
+
+namespace {
 
 void CloseFd(int& fd) {
   if (fd >= 0) close(fd);
@@ -57,8 +56,8 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const EnvChanges&
   // async-signal-safe calls.
   std::vector<std::string> args = argv;
   std::vector<std::string> env_strings = ChildEnvironment(env);
-  std::vector<char*> arg_ptrs = Pointers(args);
-  std::vector<char*> env_ptrs = Pointers(env_strings);
+  std::vector<char*> arg_ptrs = ExecPointers(args);
+  std::vector<char*> env_ptrs = ExecPointers(env_strings);
   std::string path = argv.front();
   if (path.find('/') == std::string::npos) {
     // execvpe is a GNU extension; search PATH ourselves.

@@ -35,6 +35,12 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const EnvChanges&
 // Runs the akadzed binary under test (AkadzedBinary()) with `args`.
 CommandResult RunAkadzed(const std::vector<std::string>& args, const EnvChanges& env = {});
 
+// "NAME=value" entries of our environment with `changes` applied.
+std::vector<std::string> ChildEnvironment(const EnvChanges& changes);
+
+// argv/envp for exec: pointers into `strings`, null-terminated.
+std::vector<char*> ExecPointers(std::vector<std::string>& strings);
+
 // `text` split at '\n'; a trailing newline does not make an empty last line.
 std::vector<std::string> Lines(const std::string& text);
 

@@ -1,0 +1,226 @@
+#include "worker/daemon.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "claim/claim_transaction.h"
+#include "core/duration.h"
+#include "core/redact.h"
+#include "pg/pg_error.h"
+#include "schema/migrations.h"
+#include "worker/finisher.h"
+#include "worker/lease_keeper.h"
+#include "worker/logging.h"
+#include "worker/queue_runner.h"
+#include "worker/running_jobs.h"
+
+namespace akadzed {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+sigset_t DaemonSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+// Waits up to `timeout` for one of the daemon's signals; 0 when none came.
+int WaitSignal(std::chrono::milliseconds timeout) {
+  sigset_t set = DaemonSignals();
+  auto ms = std::max<std::int64_t>(timeout.count(), 0);
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1'000'000L};
+  int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+
+// Fails with a clear message unless the database has this build's schema.
+void CheckSchema(const std::string& conninfo) {
+  pg::Connection conn = pg::Connection::Open(conninfo, "akadzed");
+  std::vector<std::string> applied = AppliedMigrations(conn);
+  std::string have = applied.empty() ? "none" : applied.back();
+  if (have != ExpectedSchemaVersion()) {
+    throw std::runtime_error(fmt::format(
+        "the database schema is at migration {}, this akadzed needs {}: run `akadzed migrate`",
+        have, ExpectedSchemaVersion()));
+  }
+}
+
+// Applies SIGHUP: new handlers and logging; database, worker and queue
+// changes need a restart.
+void Reload(const DaemonConfig& running, HandlerRegistry& handlers) {
+  try {
+    DaemonConfig fresh = LoadConfigFile(running.path);
+    handlers.Replace(BuildHandlers(fresh));
+    ConfigureLogging(fresh.logging);
+    bool restart_needed = fresh.database.url != running.database.url ||
+                          fresh.queues.size() != running.queues.size();
+    for (std::size_t i = 0; !restart_needed && i < fresh.queues.size(); ++i) {
+      const QueueConfig& a = fresh.queues[i];
+      const QueueConfig& b = running.queues[i];
+      restart_needed = a.name != b.name || a.slots != b.slots || a.mode != b.mode || a.aging_us != b.aging_us;
+    }
+    const WorkerConfig& w = fresh.worker;
+    const WorkerConfig& v = running.worker;
+    restart_needed = restart_needed || w.heartbeat_interval_us != v.heartbeat_interval_us ||
+                     w.heartbeat_ttl_us != v.heartbeat_ttl_us ||
+                     w.poll_interval_us != v.poll_interval_us ||
+                     w.shutdown_timeout_us != v.shutdown_timeout_us ||
+                     w.listen_notify != v.listen_notify;
+    spdlog::info("reload config={} handlers={}", running.path, fresh.handlers.size());
+    if (restart_needed) {
+      spdlog::warn("reload config={} | database, worker and queues changes take effect on restart",
+                   running.path);
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("reload_failed | {}; keeping the running config", OneLine(RedactSecrets(e.what())));
+  }
+}
+
+}  // namespace
+
+void BlockDaemonSignals() {
+  sigset_t set = DaemonSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+Daemon::Daemon(DaemonConfig config, std::string conninfo, HandlerMap handlers)
+    : config_(std::move(config)),
+      conninfo_(std::move(conninfo)),
+      handlers_(std::move(handlers)),
+      notifier_(SystemdNotifier::FromEnvironment()) {}
+
+int Daemon::Run() {
+  const WorkerConfig& timings = config_.worker;
+  WorkerIdentity identity{RandomUuid(), Hostname(), static_cast<int>(getpid()), {}};
+  for (const QueueConfig& q : config_.queues) identity.queues.push_back(q.name);
+
+  RunningJobs running;
+  Finisher finisher(conninfo_);
+  LeaseKeeper lease(conninfo_, identity, timings, running);
+  try {
+    CheckSchema(conninfo_);
+    lease.Start();
+  } catch (const std::exception& e) {
+    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(e.what(), conninfo_)));
+    return 1;
+  }
+  finisher.Start();
+  std::vector<std::unique_ptr<QueueRunner>> runners;
+  std::string queues;
+  for (const QueueConfig& q : config_.queues) {
+    runners.push_back(std::make_unique<QueueRunner>(q, timings, conninfo_, handlers_, running,
+                                                    finisher, lease));
+    runners.back()->Start();
+    queues += fmt::format("{}{}(slots={},{}{})", queues.empty() ? "" : ",", q.name, q.slots,
+                          q.mode == ClaimMode::kFair ? "fair" : "ordered",
+                          q.aging_us ? ",aging=" + FormatDuration(*q.aging_us) : "");
+  }
+  spdlog::info("started worker={} queues={} handlers={} pid={}", identity.id, queues,
+               config_.handlers.size(), identity.pid);
+  notifier_.Notify("READY=1\nSTATUS=claiming");
+
+  // The signal loop, which also feeds the watchdog and the status line.
+  auto watchdog = notifier_.watchdog_interval();
+  auto tick = std::chrono::milliseconds(1000);
+  if (watchdog) {
+    tick = std::min(tick, std::chrono::duration_cast<std::chrono::milliseconds>(*watchdog / 2));
+  }
+  auto status = [&](const std::string& prefix) {
+    std::string text = prefix;
+    for (const auto& r : runners) {
+      text += fmt::format(" {}={}/{}", r->name(), r->busy_slots(),
+                          config_.queues[&r - runners.data()].slots);
+    }
+    return text;
+  };
+  auto progressing = [&] {
+    if (!watchdog) return false;
+    auto now = Clock::now();
+    if (now - lease.last_round() >
+        *watchdog + std::chrono::microseconds(timings.heartbeat_interval_us)) {
+      return false;
+    }
+    return std::all_of(runners.begin(), runners.end(), [&](const auto& r) {
+      return now - r->last_round() <= *watchdog + std::chrono::microseconds(timings.poll_interval_us);
+    });
+  };
+  for (;;) {
+    int sig = WaitSignal(tick);
+    if (sig == SIGHUP) {
+      notifier_.Notify("RELOADING=1");
+      Reload(config_, handlers_);
+      notifier_.Notify("READY=1");
+      continue;
+    }
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("signal {} | stopping: no new claims, draining for up to {}", strsignal(sig),
+                   FormatDuration(timings.shutdown_timeout_us));
+      break;
+    }
+    if (watchdog && progressing()) notifier_.Notify("WATCHDOG=1");
+    notifier_.Notify("STATUS=" + status(lease.held() ? "claiming; busy" : "lease lost; busy"));
+  }
+
+  // Shutdown: stop claiming, drain, then stop and release what is left.
+  notifier_.Notify("STOPPING=1\nSTATUS=draining");
+  for (auto& r : runners) r->StopClaiming();
+  auto deadline = Clock::now() + std::chrono::microseconds(timings.shutdown_timeout_us);
+  auto drained = [&](Clock::time_point until) {
+    return std::all_of(runners.begin(), runners.end(),
+                       [&](const auto& r) { return r->WaitDrained(until); });
+  };
+  bool fast = false;
+  while (!drained(Clock::now()) && Clock::now() < deadline && !fast) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    int sig = WaitSignal(std::min(left, std::chrono::milliseconds(100)));
+    if (sig == SIGTERM || sig == SIGINT) {
+      fast = true;
+      spdlog::warn("signal {} again | stopping running jobs now", strsignal(sig));
+    }
+    if (watchdog) notifier_.Notify("WATCHDOG=1");
+  }
+  int stopped = running.RequestStopAll(StopReason::kShutdown, /*latch=*/true);
+  if (stopped > 0) {
+    spdlog::warn("shutdown stopping_jobs={} | {}; they are released to queued", stopped,
+                 fast ? "second signal" : "shutdown_timeout passed");
+  }
+  // Handlers end within their kill grace; a plugin that ignores the stop is
+  // left behind (its job is rescued after heartbeat_ttl).
+  std::int64_t grace_us = 0;
+  for (const auto& [task, h] : config_.handlers) {
+    if (const auto* shell = std::get_if<ShellHandlerConfig>(&h.kind)) {
+      grace_us = std::max(grace_us, shell->kill_grace_us);
+    }
+  }
+  bool all_done = drained(Clock::now() + std::chrono::microseconds(grace_us) + std::chrono::seconds(10));
+  if (!all_done) {
+    spdlog::error("shutdown | some handlers did not stop; their jobs are rescued after heartbeat_ttl");
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  for (auto& r : runners) r->Join();
+  finisher.Stop(Clock::now() + std::chrono::seconds(10));
+  lease.Stop(/*deregister=*/true);
+  spdlog::info("stopped worker={}", lease.worker_id());
+  return 0;
+}
+
+}  // namespace akadzed

@@ -1,0 +1,70 @@
+// The finisher: one thread and one connection that record job outcomes in
+// batches. Everything submitted while a batch is in flight goes out in the
+// next statement, so a burst of short jobs costs few round trips. A finish
+// that could not be written because the database is away is retried until
+// shutdown; one that stays unwritten is recovered by the rescue after
+// heartbeat_ttl (the job is still `running` under a worker that stops
+// heartbeating), so no job is lost.
+//
+// Thread-safety: Submit may be called from any thread; Start/Stop from the
+// owner only.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "claim/claim_transaction.h"
+#include "worker/db_session.h"
+#include "worker/job_finish.h"
+
+namespace akadzed {
+
+struct FinishItem {
+  ClaimedJob job;         // args_json is dropped on submit
+  std::string worker_id;  // the worker that claimed it (the fence)
+  JobOutcome outcome;
+  double duration_ms = 0;
+  // Called on the finisher thread once the finish was recorded, found stale
+  // or given up on; frees the job's slot.
+  std::function<void()> done;
+};
+
+class Finisher {
+ public:
+  explicit Finisher(std::string conninfo);
+  ~Finisher();
+
+  void Start();
+  void Submit(FinishItem item);
+  // Writes what is pending, retrying until `deadline`, then stops the thread.
+  void Stop(std::chrono::steady_clock::time_point deadline);
+
+  // Statements issued and finishes recorded so far (for logs and tests).
+  std::int64_t statements() const;
+
+ private:
+  void Loop();
+  // Records `batch`; returns false if the database could not be reached.
+  bool Write(std::deque<FinishItem>& batch);
+  // After a batch failed with an SQL error: records `requests` one at a time,
+  // turning a request that still fails into a failed run ("BadResult").
+  std::vector<FinishResult> FinishOneByOne(const std::string& worker_id,
+                                           std::vector<FinishRequest>& requests);
+
+  DbSession session_;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<FinishItem> pending_;                      // guarded by mu_
+  bool stopping_ = false;                               // guarded by mu_
+  std::chrono::steady_clock::time_point deadline_{};    // guarded by mu_
+  std::int64_t statements_ = 0;                         // guarded by mu_
+};
+
+}  // namespace akadzed

@@ -1,0 +1,59 @@
+#include "worker/handler_registry.h"
+
+#include <fmt/format.h>
+
+#include "handlers/plugin_handler.h"
+#include "handlers/shell_handler.h"
+
+namespace akadzed {
+
+namespace {
+
+template <typename Action>
+void ForEachHandler(const DaemonConfig& config, Action&& action) {
+  for (const auto& [task, handler] : config.handlers) {
+    try {
+      action(task, handler);
+    } catch (const PluginError& e) {
+      throw ConfigError(fmt::format("{}:{}: handlers.{}: {}", config.path, handler.line, task, e.what()));
+    }
+  }
+}
+
+}  // namespace
+
+HandlerMap BuildHandlers(const DaemonConfig& config) {
+  HandlerMap map;
+  ForEachHandler(config, [&](const std::string& task, const HandlerConfig& handler) {
+    if (const auto* shell = std::get_if<ShellHandlerConfig>(&handler.kind)) {
+      map[task] = std::make_shared<ShellHandler>(task, *shell);
+    } else {
+      map[task] = std::make_shared<PluginHandler>(task, std::get<PluginHandlerConfig>(handler.kind));
+    }
+  });
+  return map;
+}
+
+void VerifyHandlers(const DaemonConfig& config) {
+  ForEachHandler(config, [&](const std::string&, const HandlerConfig& handler) {
+    if (const auto* plugin = std::get_if<PluginHandlerConfig>(&handler.kind)) VerifyPlugin(*plugin);
+  });
+}
+
+std::shared_ptr<JobHandler> HandlerRegistry::Find(const std::string& task) const {
+  std::lock_guard lock(mu_);
+  auto it = handlers_.find(task);
+  return it == handlers_.end() ? nullptr : it->second;
+}
+
+void HandlerRegistry::Replace(HandlerMap handlers) {
+  HandlerMap old;
+  {
+    std::lock_guard lock(mu_);
+    old.swap(handlers_);
+    handlers_ = std::move(handlers);
+  }
+  // `old` is released here, outside the lock; running jobs keep theirs.
+}
+
+}  // namespace akadzed

@@ -1,0 +1,117 @@
+#include "worker/job_finish.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "core/redact.h"
+#include "pg/params.h"
+
+namespace akadzed {
+
+namespace {
+
+// The first `max_chars` characters of UTF-8 `text`.
+std::string CutChars(const std::string& text, std::size_t max_chars) {
+  std::size_t chars = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80 && chars++ == max_chars) {
+      return text.substr(0, i);
+    }
+  }
+  return text;
+}
+
+std::string StoredMessage(const std::string& message) {
+  return CutChars(OneLine(RedactSecrets(message)), 500);
+}
+
+}  // namespace
+
+std::int64_t RetryBackoffSeconds(std::int32_t attempt) {
+  if (attempt <= 1) return 1;
+  if (attempt > 9) return 300;
+  return std::min<std::int64_t>(std::int64_t{1} << (attempt - 1), 300);
+}
+
+std::string AppendErrorSql(std::string_view errors, std::string_view error,
+                           std::string_view message) {
+  return fmt::format(
+      "(SELECT COALESCE(jsonb_agg(e ORDER BY n), '[]'::jsonb) FROM"
+      " (SELECT e, n FROM jsonb_array_elements({} || jsonb_build_array(jsonb_build_object("
+      "'error', {}::text, 'message', {}::text))) WITH ORDINALITY AS x(e, n)"
+      " ORDER BY n DESC LIMIT 10) AS last_errors)",
+      errors, error, message);
+}
+
+std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& worker_id,
+                                     const std::vector<FinishRequest>& requests) {
+  std::vector<FinishResult> results(requests.size());
+  if (requests.empty()) return results;
+  std::vector<std::int64_t> ids, run_counts;
+  std::vector<std::string> kinds;
+  std::vector<std::optional<std::int64_t>> delays;
+  std::vector<std::optional<std::string>> outputs, errors, messages;
+  for (const FinishRequest& r : requests) {
+    const JobOutcome& o = r.outcome;
+    ids.push_back(r.job_id);
+    run_counts.push_back(r.run_count);
+    kinds.push_back(OutcomeKindName(o.kind));
+    delays.push_back(o.delay_us);
+    outputs.push_back(o.kind == OutcomeKind::kSuccess ? o.result_json : std::nullopt);
+    bool has_error = !o.error.empty();
+    errors.push_back(has_error ? std::optional<std::string>(o.error) : std::nullopt);
+    messages.push_back(has_error ? std::optional<std::string>(StoredMessage(o.message))
+                                 : std::nullopt);
+  }
+  // The state a finish leads to, from the outcome and the job's old row.
+  static const std::string kNewState =
+      "CASE f.kind WHEN 'success' THEN 'succeeded' WHEN 'cancel' THEN 'cancelled'"
+      " WHEN 'fail' THEN 'failed'"
+      " WHEN 'retry' THEN CASE WHEN j.attempt + 1 >= j.max_attempts THEN 'failed' ELSE 'queued' END"
+      " ELSE 'queued' END";
+  static const std::string kSql = fmt::format(
+      "WITH f AS (SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[],"
+      "   $6::text[], $7::text[], $8::text[])"
+      "   AS f(id, run_count, kind, delay_us, result, error, message))"
+      " UPDATE akadze.jobs AS j SET"
+      "  state = {0},"
+      "  attempt = j.attempt + (f.kind IN ('retry', 'fail'))::int,"
+      "  snoozes = j.snoozes + (f.kind = 'snooze')::int,"
+      "  run_at = CASE"
+      "    WHEN f.kind = 'snooze' THEN now() + f.delay_us * interval '1 microsecond'"
+      "    WHEN f.kind = 'retry' AND j.attempt + 1 < j.max_attempts THEN now() + COALESCE("
+      "      f.delay_us * interval '1 microsecond',"
+      "      least(power(2, least(j.attempt, 9)), 300) * interval '1 second')"
+      "    ELSE j.run_at END,"
+      "  result = CASE WHEN f.kind = 'success' THEN f.result::jsonb ELSE j.result END,"
+      "  errors = CASE WHEN f.error IS NULL THEN j.errors ELSE {1} END,"
+      "  worker_id = CASE WHEN {0} = 'queued' THEN NULL ELSE j.worker_id END,"
+      "  finished_at = CASE WHEN {0} = 'queued' THEN NULL ELSE now() END"
+      " FROM f"
+      " WHERE j.id = f.id AND j.run_count = f.run_count AND j.worker_id = $1::uuid"
+      "   AND j.state = 'running'"
+      " RETURNING j.id, j.state, j.attempt,"
+      "   extract(epoch FROM greatest(j.run_at - now(), interval '0'))::float8",
+      kNewState, AppendErrorSql("j.errors", "f.error", "f.message"));
+  pg::Params params;
+  params.add(worker_id).add_array(ids).add_array(run_counts).add_array(kinds);
+  params.add_array(delays).add_array(outputs).add_array(errors).add_array(messages);
+  pg::Result rows = conn.exec(kSql, params);
+  std::unordered_map<std::int64_t, int> row_of;
+  for (int i = 0; i < rows.rows(); ++i) row_of[rows.int64(i, 0)] = i;
+  for (std::size_t k = 0; k < requests.size(); ++k) {
+    FinishResult& out = results[k];
+    out.job_id = requests[k].job_id;
+    auto it = row_of.find(out.job_id);
+    if (it == row_of.end()) continue;
+    out.applied = true;
+    out.state = std::string(rows.text(it->second, 1));
+    out.attempt = static_cast<std::int32_t>(rows.int64(it->second, 2));
+    out.run_in_s = rows.float64(it->second, 3);
+  }
+  return results;
+}
+
+}  // namespace akadzed

@@ -1,0 +1,53 @@
+// Recording what became of claimed jobs (SPEC §4, akadze's rules): the one
+// statement that turns handler outcomes into next states, fenced so that only
+// the claim that still owns a job can finish it.
+//
+// Thread-safety: functions use the connection they are given; one call per
+// connection at a time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "handlers/job_outcome.h"
+#include "pg/connection.h"
+
+namespace akadzed {
+
+// Retry backoff in seconds after a failed run that brought the job to
+// `attempt` failed runs: min(2^(attempt-1), 300).
+std::int64_t RetryBackoffSeconds(std::int32_t attempt);
+
+struct FinishRequest {
+  std::int64_t job_id = 0;
+  std::int32_t run_count = 0;  // the claim's fencing token
+  JobOutcome outcome;
+};
+
+struct FinishResult {
+  std::int64_t job_id = 0;
+  bool applied = false;      // false: stale (no longer ours); nothing changed
+  std::string state;         // the job's new state when applied
+  std::int32_t attempt = 0;  // failed runs after this finish
+  double run_in_s = 0;       // queued: seconds until run_at
+};
+
+// Applies `requests` in one statement (one round trip) as worker `worker_id`.
+// A request is applied only when its job is still `running` with this
+// worker_id and run_count; others come back with applied = false. Error
+// messages are redacted and cut to 500 characters; `errors` keeps the last
+// 10 entries. Results are in request order. Throws pg::PgError; a SqlError
+// for a batch means one of its rows is unstorable (e.g. a result jsonb
+// rejects): callers retry rows one by one.
+std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& worker_id,
+                                     const std::vector<FinishRequest>& requests);
+
+// SQL that appends {error, message} to the jsonb array `errors` and keeps the
+// last 10 entries; the arguments are SQL expressions. Shared by every
+// statement that records an error.
+std::string AppendErrorSql(std::string_view errors, std::string_view error,
+                           std::string_view message);
+
+}  // namespace akadzed

@@ -1,0 +1,66 @@
+// The lease keeper: one thread and one connection that keep this daemon's
+// lease (SPEC §4). Every heartbeat_interval it
+//  - heartbeats its akadze.workers row (re-registering if the row vanished);
+//  - compares the jobs the database says it runs with the jobs it runs:
+//    a cancel request stops the job (kCancelRequested), a job no longer ours
+//    (rescued while we were slow) stops without a finish (kLeaseLost);
+//  - rescues jobs of workers whose heartbeat is older than heartbeat_ttl.
+// When no heartbeat has succeeded for heartbeat_ttl the lease is lost: every
+// running job is stopped without a finish and claiming pauses. Once the
+// database answers again the daemon registers under a new worker id, so the
+// jobs of the old id are rescued like those of any dead worker.
+//
+// Thread-safety: worker_id(), held() and last_round() may be called from any
+// thread; Start/Stop from the owner only.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "config/config.h"
+#include "worker/db_session.h"
+#include "worker/running_jobs.h"
+#include "worker/worker_lease.h"
+
+namespace akadzed {
+
+class LeaseKeeper {
+ public:
+  LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
+              RunningJobs& running);
+  ~LeaseKeeper();
+
+  // Registers the worker (throws pg::PgError when it cannot) and starts the thread.
+  void Start();
+  // Stops the thread; with `deregister`, deletes the worker's row.
+  void Stop(bool deregister);
+
+  std::string worker_id() const;
+  // False while the lease is lost (no heartbeat for heartbeat_ttl).
+  bool held() const { return held_.load(std::memory_order_acquire); }
+  // When the thread last finished a round (for the watchdog).
+  std::chrono::steady_clock::time_point last_round() const;
+
+ private:
+  void Loop();
+  void Round();
+
+  DbSession session_;
+  WorkerConfig timings_;
+  RunningJobs& running_;
+  std::atomic<bool> held_{true};
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  WorkerIdentity identity_;                                  // guarded by mu_
+  bool stopping_ = false;                                    // guarded by mu_
+  std::chrono::steady_clock::time_point last_heartbeat_;     // guarded by mu_
+  std::chrono::steady_clock::time_point last_round_;         // guarded by mu_
+  bool reregister_ = false;  // lease was lost: take a new id (thread only)
+};
+
+}  // namespace akadzed

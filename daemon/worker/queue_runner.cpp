@@ -1,0 +1,194 @@
+#include "worker/queue_runner.h"
+
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "core/redact.h"
+#include "pg/pg_error.h"
+
+namespace akadzed {
+
+using Clock = std::chrono::steady_clock;
+
+QueueRunner::QueueRunner(QueueConfig queue, const WorkerConfig& timings, const std::string& conninfo,
+                         HandlerRegistry& handlers, RunningJobs& running, Finisher& finisher,
+                         LeaseKeeper& lease)
+    : queue_(std::move(queue)),
+      timings_(timings),
+      session_(conninfo, "akadzed claim " + queue_.name),
+      handlers_(handlers),
+      running_(running),
+      finisher_(finisher),
+      lease_(lease),
+      last_round_(Clock::now()) {}
+
+QueueRunner::~QueueRunner() {
+  StopClaiming();
+  Join();
+}
+
+void QueueRunner::Start() {
+  for (int i = 0; i < queue_.slots; ++i) executors_.emplace_back([this] { ExecutorLoop(); });
+  claimer_ = std::thread([this] { ClaimLoop(); });
+}
+
+void QueueRunner::StopClaiming() {
+  {
+    std::lock_guard lock(mu_);
+    claiming_ = false;
+  }
+  claim_cv_.notify_all();
+  if (claimer_.joinable()) claimer_.join();
+}
+
+bool QueueRunner::WaitDrained(Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  return drained_cv_.wait_until(lock, deadline, [&] { return busy_ == 0; });
+}
+
+void QueueRunner::Join() {
+  {
+    std::lock_guard lock(mu_);
+    executors_stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : executors_) {
+    if (t.joinable()) t.join();
+  }
+  executors_.clear();
+}
+
+void QueueRunner::Wake() {
+  {
+    std::lock_guard lock(mu_);
+    wake_ = true;
+  }
+  claim_cv_.notify_all();
+}
+
+int QueueRunner::busy_slots() const {
+  std::lock_guard lock(mu_);
+  return busy_;
+}
+
+Clock::time_point QueueRunner::last_round() const {
+  std::lock_guard lock(mu_);
+  return last_round_;
+}
+
+void QueueRunner::ClaimLoop() {
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> jitter(0.9, 1.1);
+  const auto poll = std::chrono::microseconds(timings_.poll_interval_us);
+  auto error_delay = poll;
+  for (;;) {
+    int free_slots;
+    {
+      std::lock_guard lock(mu_);
+      if (!claiming_) return;
+      last_round_ = Clock::now();
+      free_slots = queue_.slots - busy_;
+      wake_ = false;
+    }
+    bool full = false;
+    auto delay = std::chrono::duration_cast<std::chrono::microseconds>(poll * jitter(rng));
+    if (free_slots > 0 && lease_.held()) {
+      ClaimRequest request;
+      request.queue = queue_.name;
+      request.slots = free_slots;
+      request.mode = queue_.mode;
+      request.aging_us = queue_.aging_us;
+      request.worker_id = lease_.worker_id();
+      try {
+        ClaimResult result = session_.Run([&](pg::Connection& c) { return RunClaim(c, request); });
+        error_delay = poll;
+        full = static_cast<int>(result.jobs.size()) == free_slots;
+        if (!result.jobs.empty()) {
+          spdlog::info("claim queue={} jobs={} free_slots={} ms={:.1f}", queue_.name,
+                       result.jobs.size(), free_slots, result.elapsed_ms);
+          std::lock_guard lock(mu_);
+          busy_ += static_cast<int>(result.jobs.size());
+          for (ClaimedJob& job : result.jobs) ready_.push_back({std::move(job), request.worker_id});
+        }
+        work_cv_.notify_all();
+      } catch (const pg::PgError& e) {
+        spdlog::error("claim_failed queue={} | {}", queue_.name, OneLine(e.what()));
+        delay = error_delay;
+        error_delay = std::min<std::chrono::microseconds>(error_delay * 2, std::chrono::seconds(30));
+      }
+    }
+    if (full) continue;
+    std::unique_lock lock(mu_);
+    // A slot freed since the claim counts as a wake-up.
+    claim_cv_.wait_for(lock, delay, [&] {
+      return !claiming_ || wake_ || (queue_.slots - busy_ > free_slots && lease_.held());
+    });
+  }
+}
+
+void QueueRunner::ExecutorLoop() {
+  for (;;) {
+    Claimed claimed;
+    {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, [&] { return executors_stop_ || !ready_.empty(); });
+      if (ready_.empty()) return;
+      claimed = std::move(ready_.front());
+      ready_.pop_front();
+    }
+    Execute(std::move(claimed));
+  }
+}
+
+void QueueRunner::Execute(Claimed claimed) {
+  const ClaimedJob& job = claimed.job;
+  std::shared_ptr<JobHandler> handler = handlers_.Find(job.task);
+  JobStop stop;
+  running_.Add(job.id, job.run_count, &stop);
+  auto started = Clock::now();
+  spdlog::info("start job={} task={} queue={} attempt={} run={} handler={}", job.id, job.task,
+               job.queue, job.attempt, job.run_count, handler ? handler->kind() : "none");
+  JobOutcome outcome;
+  if (!handler) {
+    outcome = {OutcomeKind::kRetry, std::nullopt, std::nullopt, "UnknownTask",
+               "no handler for task '" + job.task + "' in this daemon's config"};
+  } else {
+    try {
+      outcome = handler->Run(job, stop);
+    } catch (const std::exception& e) {
+      outcome = {OutcomeKind::kRetry, std::nullopt, std::nullopt, "HandlerError", e.what()};
+    }
+  }
+  running_.Remove(job.id);
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  switch (stop.reason()) {
+    case StopReason::kNone:
+      break;
+    case StopReason::kCancelRequested:
+      outcome = {OutcomeKind::kCancel, std::nullopt, std::nullopt, "Cancelled",
+                 "cancel requested while running"};
+      break;
+    case StopReason::kShutdown:
+      outcome = {OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""};
+      break;
+    case StopReason::kLeaseLost:
+      spdlog::warn("drop job={} task={} queue={} duration_ms={:.0f} | lease lost: no finish recorded",
+                   job.id, job.task, job.queue, ms);
+      FreeSlot();
+      return;
+  }
+  finisher_.Submit(FinishItem{std::move(claimed.job), std::move(claimed.worker_id),
+                              std::move(outcome), ms, [this] { FreeSlot(); }});
+}
+
+void QueueRunner::FreeSlot() {
+  {
+    std::lock_guard lock(mu_);
+    --busy_;
+    if (busy_ == 0) drained_cv_.notify_all();
+  }
+  claim_cv_.notify_all();
+}
+
+}  // namespace akadzed

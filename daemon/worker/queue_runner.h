@@ -1,0 +1,92 @@
+// One queue's share of the daemon: a claim loop and `slots` executor threads.
+//
+// The claim loop claims up to the queue's free slots in one transaction (the
+// claim core's RunClaim, with the queue's mode and aging), hands the jobs to
+// the executors and claims again at once when the claim came back full;
+// otherwise it sleeps poll_interval (±10% jitter) and wakes early when a slot
+// frees or Wake() is called. A slot counts as busy from the claim until the
+// job's finish is recorded, so per-key counts in the database are never below
+// what runs.
+//
+// An executor runs the job's handler, turns a stop request into the outcome
+// it stands for (cancel → cancelled, shutdown → released, lost lease → no
+// finish at all) and submits the outcome to the finisher.
+//
+// Thread-safety: public members may be called from any thread; Start and
+// Join from the owner only.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "claim/claim_transaction.h"
+#include "config/config.h"
+#include "worker/db_session.h"
+#include "worker/finisher.h"
+#include "worker/handler_registry.h"
+#include "worker/lease_keeper.h"
+#include "worker/running_jobs.h"
+
+namespace akadzed {
+
+class QueueRunner {
+ public:
+  QueueRunner(QueueConfig queue, const WorkerConfig& timings, const std::string& conninfo,
+              HandlerRegistry& handlers, RunningJobs& running, Finisher& finisher,
+              LeaseKeeper& lease);
+  ~QueueRunner();
+
+  void Start();
+  // Stops claiming; executors go on with what they have.
+  void StopClaiming();
+  // Waits until every claimed job was handed to the finisher (or dropped)
+  // and its slot freed, or until `deadline`. True when drained.
+  bool WaitDrained(std::chrono::steady_clock::time_point deadline);
+  // Stops the executors (after WaitDrained) and joins every thread.
+  void Join();
+  // Wakes the claim loop now (LISTEN/NOTIFY).
+  void Wake();
+
+  const std::string& name() const { return queue_.name; }
+  int busy_slots() const;
+  std::chrono::steady_clock::time_point last_round() const;
+
+ private:
+  struct Claimed {
+    ClaimedJob job;
+    std::string worker_id;
+  };
+  void ClaimLoop();
+  void ExecutorLoop();
+  void Execute(Claimed claimed);
+  void FreeSlot();
+
+  QueueConfig queue_;
+  WorkerConfig timings_;
+  DbSession session_;
+  HandlerRegistry& handlers_;
+  RunningJobs& running_;
+  Finisher& finisher_;
+  LeaseKeeper& lease_;
+
+  std::thread claimer_;
+  std::vector<std::thread> executors_;
+  mutable std::mutex mu_;
+  std::condition_variable claim_cv_;     // wakes the claim loop
+  std::condition_variable work_cv_;      // wakes executors
+  std::condition_variable drained_cv_;   // busy_ reached 0
+  std::deque<Claimed> ready_;            // guarded by mu_
+  int busy_ = 0;                         // claimed, finish not recorded; guarded by mu_
+  bool claiming_ = true;                 // guarded by mu_
+  bool executors_stop_ = false;          // guarded by mu_
+  bool wake_ = false;                    // guarded by mu_
+  std::chrono::steady_clock::time_point last_round_;  // guarded by mu_
+};
+
+}  // namespace akadzed

@@ -1,0 +1,55 @@
+// Leases (SPEC §4): a daemon's row in akadze.workers, its heartbeat, and the
+// rescue of jobs whose worker stopped heartbeating.
+//
+// Thread-safety: functions use the connection they are given; one call per
+// connection at a time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pg/connection.h"
+
+namespace akadzed {
+
+struct WorkerIdentity {
+  std::string id;  // uuid
+  std::string hostname;
+  int pid = 0;
+  std::vector<std::string> queues;
+};
+
+// Inserts (or refreshes) the worker's row with heartbeat_at = now().
+void RegisterWorker(pg::Connection& conn, const WorkerIdentity& worker);
+
+// Sets heartbeat_at = now(). Returns false when the row is gone (it was
+// rescued as dead, or deleted by hand): the caller re-registers.
+bool Heartbeat(pg::Connection& conn, const std::string& worker_id);
+
+// Deletes the worker's row (clean shutdown, after its jobs were released).
+void DeregisterWorker(pg::Connection& conn, const std::string& worker_id);
+
+struct OwnedJob {
+  std::int64_t id = 0;
+  std::int32_t run_count = 0;
+  bool cancel_requested = false;
+};
+
+// The jobs the database says this worker runs now.
+std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id);
+
+struct RescuedJob {
+  std::int64_t id = 0;
+  std::string worker_id;  // the lost worker ("" when the job had none)
+  std::string state;      // queued, or failed when attempts are spent
+};
+
+// Rescues running jobs whose worker has not heartbeaten for `ttl_us` (or has
+// no row and started more than `ttl_us` ago): attempt+1, error WorkerLost,
+// back to queued, or failed when attempts are spent. Rows another
+// transaction holds are left for the next round. Then deletes rows of dead
+// workers that own no running job. Returns the rescued jobs.
+std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us);
+
+}  // namespace akadzed

@@ -1,0 +1,388 @@
+// The daemon end to end: the real `akadzed` binary as a child process against
+// a real PostgreSQL, with shell and plugin handlers. Every wait is for a
+// condition (a job state, a log line, an exit), never a fixed sleep.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "pg/connection.h"
+#include "support/daemon_process.h"
+#include "support/test_cluster.h"
+
+namespace akadzed::test {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// Fast timings so that leases, retries and drains show within seconds.
+constexpr const char* kFastWorker = R"(worker:
+  heartbeat_interval: 200ms
+  heartbeat_ttl: 1500ms
+  poll_interval: 100ms
+  shutdown_timeout: 2s
+)";
+
+struct DaemonFixture {
+  std::string db = FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  TempDir dir;
+  int started = 0;
+
+  // A config with `handlers` (YAML under `handlers:`) and one fair queue.
+  std::string Config(const std::string& handlers, const std::string& worker = kFastWorker,
+                     int slots = 4) {
+    return dir.Write("akadzed.yaml", worker + "queues:\n  - name: default\n    slots: " +
+                                         std::to_string(slots) + "\n    mode: fair\nhandlers:\n" +
+                                         handlers + "logging:\n  level: debug\n  format: text\n");
+  }
+  std::unique_ptr<DaemonProcess> Start(const std::string& config, EnvChanges env = {}) {
+    env.emplace("AKADZED_PLUGIN_PATH", std::string(AKADZED_TEST_PLUGIN_DIR) + ":" +
+                                           AKADZED_EXAMPLE_PLUGIN_DIR);
+    std::string log = dir.path() + "/daemon" + std::to_string(++started) + ".log";
+    return std::make_unique<DaemonProcess>(
+        std::vector<std::string>{"run", "--config", config, "--database-url", db}, env, log);
+  }
+  std::int64_t Enqueue(const std::string& task, const std::string& args = "{}",
+                       int max_attempts = 3) {
+    return conn
+        .exec("INSERT INTO akadze.jobs (task, args, max_attempts) VALUES ($1, $2::jsonb, $3)"
+              " RETURNING id",
+              pg::Params().add(task).add(args).add(max_attempts))
+        .int64(0, 0);
+  }
+  json Row(std::int64_t id) {
+    return json::parse(conn.exec("SELECT to_jsonb(j) FROM akadze.jobs j WHERE id = $1",
+                                 pg::Params().add(id))
+                           .text(0, 0));
+  }
+  std::string State(std::int64_t id) { return Row(id)["state"]; }
+  bool WaitState(std::int64_t id, const std::string& state, std::chrono::milliseconds t = 30s) {
+    return WaitUntil([&] { return State(id) == state; }, t);
+  }
+};
+
+std::string Shell(const std::string& task, const std::string& script_path,
+                  const std::string& extra = "") {
+  return "  " + task + ":\n    shell:\n      command: [\"" + script_path + "\"]\n" + extra;
+}
+
+bool ProcessGone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+pid_t ReadPid(const std::string& file) {
+  std::ifstream in(file);
+  pid_t pid = 0;
+  in >> pid;
+  return pid;
+}
+
+TEST_CASE("a shell job succeeds with its result and the log shows start and finish",
+          "[daemon]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write("ok.sh",
+                                   "#!/bin/sh\nread -r args\necho \"job $AKADZE_JOB_ID on $AKADZE_QUEUE\"\n"
+                                   "printf '{\"result\": {\"args\": %s, \"attempt\": %s}}' \"$args\" "
+                                   "\"$AKADZE_ATTEMPT\" >&3\n",
+                                   true);
+  auto daemon = f.Start(f.Config(Shell("ok", script)));
+  auto id = f.Enqueue("ok", R"({"secret_arg": 7})");
+  REQUIRE(f.WaitState(id, "succeeded"));
+  json row = f.Row(id);
+  // AKADZE_ATTEMPT numbers this run's attempt from 1 (the column counts failures).
+  CHECK(row["result"] == json{{"args", {{"secret_arg", 7}}}, {"attempt", 1}});
+  CHECK(row["attempt"] == 0);
+  REQUIRE(daemon->WaitForLog("finish job=" + std::to_string(id)));
+  std::string log = daemon->Log();
+  CHECK(log.find("start job=" + std::to_string(id) + " task=ok queue=default") != std::string::npos);
+  CHECK(log.find("outcome=success state=succeeded") != std::string::npos);
+  CHECK(log.find("job " + std::to_string(id) + " on default") != std::string::npos);
+  // Job args and results never reach the log.
+  CHECK(log.find("secret_arg") == std::string::npos);
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait() == 0);
+}
+
+TEST_CASE("a failing job is retried with backoff, then succeeds", "[daemon]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write(
+      "flaky.sh", "#!/bin/sh\nif [ \"$AKADZE_ATTEMPT\" = 1 ]; then echo boom >&2; exit 3; fi\n", true);
+  auto daemon = f.Start(f.Config(Shell("flaky", script)));
+  auto id = f.Enqueue("flaky");
+  REQUIRE(f.WaitState(id, "succeeded"));
+  json row = f.Row(id);
+  CHECK(row["attempt"] == 1);
+  CHECK(row["run_count"] == 2);
+  REQUIRE(row["errors"].size() == 1);
+  CHECK(row["errors"][0]["error"] == "ExitStatus");
+  CHECK(row["errors"][0]["message"] == "exited with status 3: boom");
+  std::string log = daemon->Log();
+  CHECK(log.find("outcome=retry state=queued attempt=1") != std::string::npos);
+  CHECK(log.find("run_in=1.0s") != std::string::npos);
+  // The second run started no earlier than the 1 s backoff after the first.
+  auto gap = f.conn.exec("SELECT extract(epoch FROM started_at - created_at) FROM akadze.jobs"
+                         " WHERE id = $1", pg::Params().add(id)).float64(0, 0);
+  CHECK(gap >= 1.0);
+}
+
+TEST_CASE("a job that always fails is failed after max_attempts", "[daemon]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write("bad.sh", "#!/bin/sh\nexit 1\n", true);
+  auto daemon = f.Start(f.Config(Shell("bad", script)));
+  auto id = f.Enqueue("bad", "{}", 2);
+  REQUIRE(f.WaitState(id, "failed"));
+  json row = f.Row(id);
+  CHECK(row["attempt"] == 2);
+  CHECK(row["errors"].size() == 2);
+  CHECK_FALSE(row["finished_at"].is_null());
+}
+
+TEST_CASE("a snoozed job runs again after its delay without spending an attempt", "[daemon]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write(
+      "snooze.sh",
+      "#!/bin/sh\nif [ \"$AKADZE_RUN_COUNT\" = 1 ]; then echo '{\"outcome\": \"snooze\", \"delay\": \"1s\"}' >&3; fi\n",
+      true);
+  auto daemon = f.Start(f.Config(Shell("sleepy", script)));
+  auto id = f.Enqueue("sleepy");
+  REQUIRE(f.WaitState(id, "succeeded"));
+  json row = f.Row(id);
+  CHECK(row["attempt"] == 0);
+  CHECK(row["snoozes"] == 1);
+  CHECK(row["run_count"] == 2);
+  CHECK(row["errors"].empty());
+}
+
+TEST_CASE("a timeout kills the handler's whole process group", "[daemon]") {
+  DaemonFixture f;
+  std::string pidfile = f.dir.path() + "/grandchild.pid";
+  std::string script = f.dir.Write(
+      "slow.sh", "#!/bin/sh\nsleep 300 &\necho $! > " + pidfile + "\nwait\n", true);
+  auto daemon = f.Start(f.Config(Shell("slow", script, "      timeout: 1s\n      kill_grace: 1s\n")));
+  auto id = f.Enqueue("slow", "{}", 1);
+  REQUIRE(f.WaitState(id, "failed"));
+  json row = f.Row(id);
+  CHECK(row["errors"][0]["error"] == "Timeout");
+  pid_t grandchild = ReadPid(pidfile);
+  REQUIRE(grandchild > 0);
+  CHECK(WaitUntil([&] { return ProcessGone(grandchild); }, 10s));
+}
+
+TEST_CASE("cancelling a running job kills its handler within a heartbeat", "[daemon]") {
+  DaemonFixture f;
+  std::string pidfile = f.dir.path() + "/child.pid";
+  std::string script =
+      f.dir.Write("long.sh", "#!/bin/sh\necho $$ > " + pidfile + "\nexec sleep 300\n", true);
+  auto daemon = f.Start(f.Config(Shell("long", script)));
+  auto id = f.Enqueue("long");
+  REQUIRE(f.WaitState(id, "running"));
+  REQUIRE(WaitUntil([&] { return ReadPid(pidfile) > 0; }));
+  f.conn.exec("UPDATE akadze.jobs SET cancel_requested_at = now() WHERE id = $1",
+              pg::Params().add(id));
+  REQUIRE(f.WaitState(id, "cancelled", 10s));
+  CHECK(WaitUntil([&] { return ProcessGone(ReadPid(pidfile)); }, 10s));
+  CHECK(f.Row(id)["attempt"] == 0);
+  CHECK(daemon->Log().find("cancel_requested job=" + std::to_string(id)) != std::string::npos);
+}
+
+TEST_CASE("SIGTERM drains short jobs and releases long ones", "[daemon]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write(
+      "sleep.sh", "#!/bin/sh\nread -r args\ncase \"$args\" in *long*) exec sleep 300;; esac\nsleep 0.5\n",
+      true);
+  auto daemon = f.Start(f.Config(Shell("nap", script, "      kill_grace: 1s\n")));
+  auto long_job = f.Enqueue("nap", R"({"kind": "long"})");
+  auto short_job = f.Enqueue("nap", R"({"kind": "short"})");
+  REQUIRE(WaitUntil([&] { return f.State(long_job) == "running" && f.State(short_job) == "running"; }));
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait(30s) == 0);
+  CHECK(f.State(short_job) == "succeeded");
+  json row = f.Row(long_job);
+  CHECK(row["state"] == "queued");
+  CHECK(row["attempt"] == 0);
+  CHECK(row["worker_id"].is_null());
+  CHECK(row["errors"].empty());
+  CHECK(f.conn.exec("SELECT count(*) FROM akadze.workers").int64(0, 0) == 0);
+  std::string log = daemon->Log();
+  CHECK(log.find("outcome=release state=queued") != std::string::npos);
+  CHECK(log.find("stopped worker=") != std::string::npos);
+}
+
+TEST_CASE("a second SIGTERM cuts the drain short", "[daemon]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write("forever.sh", "#!/bin/sh\nexec sleep 300\n", true);
+  std::string worker = std::string(kFastWorker) + "";
+  worker.replace(worker.find("shutdown_timeout: 2s"), 20, "shutdown_timeout: 1h");
+  auto daemon = f.Start(f.Config(Shell("forever", script, "      kill_grace: 1s\n"), worker));
+  auto id = f.Enqueue("forever");
+  REQUIRE(f.WaitState(id, "running"));
+  daemon->Signal(SIGTERM);
+  REQUIRE(daemon->WaitForLog("draining for up to 1h"));
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait(30s) == 0);
+  CHECK(f.State(id) == "queued");
+}
+
+TEST_CASE("kill -9 of a daemon: another rescues its jobs after heartbeat_ttl", "[daemon]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write(
+      "work.sh", "#!/bin/sh\nif [ \"$AKADZE_RUN_COUNT\" = 1 ]; then exec sleep 300; fi\n", true);
+  std::string config = f.Config(Shell("work", script), kFastWorker, 3);
+  auto first = f.Start(config);
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(f.Enqueue("work"));
+  REQUIRE(WaitUntil([&] {
+    return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0) == 3;
+  }));
+  first->Signal(SIGKILL);
+  REQUIRE(first->Wait() == 128 + SIGKILL);
+  auto second = f.Start(config);
+  for (auto id : ids) {
+    REQUIRE(f.WaitState(id, "succeeded"));
+    json row = f.Row(id);
+    CHECK(row["attempt"] == 1);
+    CHECK(row["errors"][0]["error"] == "WorkerLost");
+  }
+  CHECK(second->Log().find("rescue job=") != std::string::npos);
+  // The stray handlers of the killed daemon are still sleeping; end them.
+  std::system("pkill -f 'sleep 300' >/dev/null 2>&1");
+}
+
+TEST_CASE("a finish that lost its fence is discarded and logged", "[daemon]") {
+  DaemonFixture f;
+  std::string go = f.dir.path() + "/go";
+  std::string script = f.dir.Write(
+      "wait.sh", "#!/bin/sh\nwhile [ ! -e " + go + " ]; do sleep 0.05; done\n", true);
+  // A long heartbeat so that the lease keeper doesn't stop the job first.
+  std::string worker = std::string(kFastWorker);
+  worker.replace(worker.find("heartbeat_interval: 200ms"), 25, "heartbeat_interval: 20s");
+  worker.replace(worker.find("heartbeat_ttl: 1500ms"), 21, "heartbeat_ttl: 60s");
+  auto daemon = f.Start(f.Config(Shell("waiter", script), worker));
+  auto id = f.Enqueue("waiter");
+  REQUIRE(f.WaitState(id, "running"));
+  // As if the job had been rescued and claimed again elsewhere.
+  f.conn.exec("UPDATE akadze.jobs SET run_count = run_count + 1 WHERE id = $1", pg::Params().add(id));
+  f.dir.Write("go", "");
+  REQUIRE(daemon->WaitForLog("stale_finish job=" + std::to_string(id)));
+  json row = f.Row(id);
+  CHECK(row["state"] == "running");
+  CHECK(row["run_count"] == 2);
+}
+
+TEST_CASE("plugin jobs run through the example plugin", "[daemon]") {
+  DaemonFixture f;
+  auto daemon = f.Start(f.Config(
+      "  checksum:\n    plugin:\n      path: libakadzed_example.so\n      config: {algorithm: fnv1a}\n"));
+  auto id = f.Enqueue("checksum", R"({"text": "abc"})");
+  REQUIRE(f.WaitState(id, "succeeded"));
+  json result = f.Row(id)["result"];
+  CHECK(result["checksum"].get<std::string>().size() == 16);
+  CHECK(result["bytes"].get<int>() > 0);
+}
+
+TEST_CASE("a plugin with the wrong ABI is refused at startup with exit 78", "[daemon]") {
+  DaemonFixture f;
+  std::string config = f.Config("  x:\n    plugin:\n      path: libwrong_abi_plugin.so\n");
+  EnvChanges env{{"AKADZED_PLUGIN_PATH", std::string(AKADZED_TEST_PLUGIN_DIR)}};
+  CommandResult check = RunAkadzed({"check-config", config}, env);
+  CHECK(check.exit_code == 78);
+  CHECK(check.err.find("akadzed.yaml:") != std::string::npos);
+  CHECK(check.err.find("ABI") != std::string::npos);
+  CommandResult run = RunAkadzed({"run", "--config", config, "--database-url", f.db}, env);
+  CHECK(run.exit_code == 78);
+  CHECK(run.err.find("ABI") != std::string::npos);
+  CHECK(Lines(run.err).size() == 1);
+}
+
+TEST_CASE("bad configs give file:line and exit 78", "[daemon][config]") {
+  TempDir dir;
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  std::string ok_handlers = "handlers:\n  t:\n    shell:\n      command: [\"true\"]\n";
+  std::vector<Case> cases = {
+      {"queues:\n  - name: q\nhandlers_typo: {}\n", ":3:"},
+      {"worker:\n  poll_interval: soon\nqueues:\n  - name: q\n" + ok_handlers, ":2:"},
+      {"queues:\n  - name: q\n    slots: many\n" + ok_handlers, ":3:"},
+      {"queues: [\n", "akadzed.yaml:"},
+      {"worker:\n  heartbeat_interval: 10s\n  heartbeat_ttl: 5s\nqueues:\n  - name: q\n" + ok_handlers,
+       "heartbeat_ttl"},
+  };
+  for (const Case& c : cases) {
+    std::string path = dir.Write("akadzed.yaml", c.text);
+    CommandResult r = RunAkadzed({"check-config", path});
+    INFO(c.text << "\n-> " << r.err);
+    CHECK(r.exit_code == 78);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(Lines(r.err).size() == 1);
+    CommandResult run = RunAkadzed({"run", "--config", path});
+    CHECK(run.exit_code == 78);
+  }
+  CommandResult missing = RunAkadzed({"check-config", dir.path() + "/nope.yaml"});
+  CHECK(missing.exit_code == 78);
+  CHECK(missing.err.find("nope.yaml") != std::string::npos);
+}
+
+TEST_CASE("READY=1 and STOPPING=1 arrive on the notify socket", "[daemon][systemd]") {
+  DaemonFixture f;
+  std::string socket_path = f.dir.path() + "/notify.sock";
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_path.c_str());
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  timeval tv{0, 100'000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string messages;
+  auto receive = [&] {
+    char buf[4096];
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n > 0) messages.append(buf, static_cast<std::size_t>(n)).append("\n");
+  };
+  std::string script = f.dir.Write("noop.sh", "#!/bin/sh\n", true);
+  auto daemon = f.Start(f.Config(Shell("noop", script)),
+                        {{"NOTIFY_SOCKET", socket_path}, {"WATCHDOG_USEC", "1000000"}});
+  CHECK(WaitUntil([&] { receive(); return messages.find("READY=1") != std::string::npos; }));
+  CHECK(WaitUntil([&] { receive(); return messages.find("WATCHDOG=1") != std::string::npos; }));
+  daemon->Signal(SIGTERM);
+  CHECK(WaitUntil([&] { receive(); return messages.find("STOPPING=1") != std::string::npos; }));
+  CHECK(daemon->Wait() == 0);
+  close(fd);
+}
+
+TEST_CASE("SIGHUP reloads handlers; a bad new config keeps the old one", "[daemon]") {
+  DaemonFixture f;
+  std::string one = f.dir.Write("one.sh", "#!/bin/sh\necho '{\"result\": 1}' >&3\n", true);
+  std::string two = f.dir.Write("two.sh", "#!/bin/sh\necho '{\"result\": 2}' >&3\n", true);
+  std::string config = f.Config(Shell("pick", one));
+  auto daemon = f.Start(config);
+  auto first = f.Enqueue("pick");
+  REQUIRE(f.WaitState(first, "succeeded"));
+  CHECK(f.Row(first)["result"] == 1);
+
+  f.Config(Shell("pick", two));
+  daemon->Signal(SIGHUP);
+  REQUIRE(daemon->WaitForLog("reload config="));
+  auto second = f.Enqueue("pick");
+  REQUIRE(f.WaitState(second, "succeeded"));
+  CHECK(f.Row(second)["result"] == 2);
+
+  f.dir.Write("akadzed.yaml", "queues: [\n");
+  daemon->Signal(SIGHUP);
+  REQUIRE(daemon->WaitForLog("reload_failed"));
+  auto third = f.Enqueue("pick");
+  REQUIRE(f.WaitState(third, "succeeded"));
+  CHECK(f.Row(third)["result"] == 2);
+  CHECK(daemon->running());
+}
+
+}  // namespace
+}  // namespace akadzed::test

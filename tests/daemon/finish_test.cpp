@@ -1,0 +1,243 @@
+// Finishes and rescues as SQL (worker/job_finish.h, worker/worker_lease.h)
+// against a real PostgreSQL: akadze's next-state rules, fencing, error
+// trimming and redaction, and the rescue of jobs of dead workers.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "claim/claim_transaction.h"
+#include "pg/connection.h"
+#include "pg/pg_error.h"
+#include "support/test_cluster.h"
+#include "worker/job_finish.h"
+#include "worker/worker_lease.h"
+
+namespace akadzed {
+namespace {
+
+using nlohmann::json;
+
+struct Db {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  std::string worker = RandomUuid();
+
+  // A job claimed by `worker` (state running, run_count 1).
+  std::int64_t RunningJob(int attempt = 0, int max_attempts = 3) {
+    return conn
+        .exec("INSERT INTO akadze.jobs (task, state, attempt, max_attempts, run_count, worker_id,"
+              " started_at) VALUES ('t', 'running', $1, $2, 1, $3::uuid, now()) RETURNING id",
+              pg::Params().add(attempt).add(max_attempts).add(worker))
+        .int64(0, 0);
+  }
+  json Row(std::int64_t id) {
+    pg::Result r = conn.exec(
+        "SELECT to_jsonb(j) || jsonb_build_object('run_in', extract(epoch FROM j.run_at - now()))"
+        " FROM akadze.jobs j WHERE id = $1",
+        pg::Params().add(id));
+    return json::parse(r.text(0, 0));
+  }
+  FinishResult Finish(std::int64_t id, JobOutcome outcome, int run_count = 1) {
+    return FinishJobs(conn, worker, {{id, run_count, std::move(outcome)}}).front();
+  }
+};
+
+JobOutcome Outcome(OutcomeKind kind, std::string error = "", std::string message = "") {
+  JobOutcome o;
+  o.kind = kind;
+  o.error = std::move(error);
+  o.message = std::move(message);
+  return o;
+}
+
+TEST_CASE("backoff is min(2^(attempt-1), 300) seconds", "[finish]") {
+  CHECK(RetryBackoffSeconds(1) == 1);
+  CHECK(RetryBackoffSeconds(2) == 2);
+  CHECK(RetryBackoffSeconds(5) == 16);
+  CHECK(RetryBackoffSeconds(9) == 256);
+  CHECK(RetryBackoffSeconds(10) == 300);
+  CHECK(RetryBackoffSeconds(1000) == 300);
+}
+
+TEST_CASE("success stores the result and the finish time", "[finish]") {
+  Db db;
+  auto id = db.RunningJob();
+  JobOutcome o = Outcome(OutcomeKind::kSuccess);
+  o.result_json = R"({"n": 42, "s": "x"})";
+  FinishResult r = db.Finish(id, o);
+  CHECK(r.applied);
+  CHECK(r.state == "succeeded");
+  json row = db.Row(id);
+  CHECK(row["state"] == "succeeded");
+  CHECK(row["result"] == json{{"n", 42}, {"s", "x"}});
+  CHECK_FALSE(row["finished_at"].is_null());
+  CHECK(row["attempt"] == 0);
+  CHECK(row["worker_id"] == db.worker);
+}
+
+TEST_CASE("retry spends an attempt and waits the backoff, or the given delay", "[finish]") {
+  Db db;
+  auto first = db.RunningJob(0);
+  auto third = db.RunningJob(4, 10);
+  auto delayed = db.RunningJob(0);
+  FinishResult r1 = db.Finish(first, Outcome(OutcomeKind::kRetry, "ExitStatus", "exited with status 1"));
+  FinishResult r3 = db.Finish(third, Outcome(OutcomeKind::kRetry, "E", "m"));
+  JobOutcome with_delay = Outcome(OutcomeKind::kRetry, "E", "m");
+  with_delay.delay_us = 120'000'000;
+  FinishResult rd = db.Finish(delayed, with_delay);
+  CHECK(r1.state == "queued");
+  CHECK(r1.attempt == 1);
+  CHECK(r1.run_in_s == Approx(1).margin(0.2));
+  CHECK(r3.attempt == 5);
+  CHECK(r3.run_in_s == Approx(16).margin(0.2));
+  CHECK(rd.run_in_s == Approx(120).margin(0.2));
+  json row = db.Row(first);
+  CHECK(row["worker_id"].is_null());
+  CHECK(row["finished_at"].is_null());
+  CHECK(row["errors"] == json::array({{{"error", "ExitStatus"}, {"message", "exited with status 1"}}}));
+}
+
+TEST_CASE("a retry with its attempts spent fails the job, as does fail", "[finish]") {
+  Db db;
+  auto last = db.RunningJob(2, 3);
+  auto permanent = db.RunningJob(0, 3);
+  CHECK(db.Finish(last, Outcome(OutcomeKind::kRetry, "E", "m")).state == "failed");
+  CHECK(db.Finish(permanent, Outcome(OutcomeKind::kFail, "Bad", "no")).state == "failed");
+  CHECK(db.Row(last)["attempt"] == 3);
+  CHECK(db.Row(permanent)["attempt"] == 1);
+  CHECK_FALSE(db.Row(permanent)["finished_at"].is_null());
+}
+
+TEST_CASE("snooze, cancel and release", "[finish]") {
+  Db db;
+  auto snoozed = db.RunningJob(1);
+  auto cancelled = db.RunningJob();
+  auto released = db.RunningJob(1);
+  JobOutcome snooze = Outcome(OutcomeKind::kSnooze);
+  snooze.delay_us = 30'000'000;
+  FinishResult rs = db.Finish(snoozed, snooze);
+  CHECK(rs.state == "queued");
+  CHECK(rs.run_in_s == Approx(30).margin(0.2));
+  json row = db.Row(snoozed);
+  CHECK(row["attempt"] == 1);
+  CHECK(row["snoozes"] == 1);
+  CHECK(db.Finish(cancelled, Outcome(OutcomeKind::kCancel)).state == "cancelled");
+  json before = db.Row(released);
+  CHECK(db.Finish(released, Outcome(OutcomeKind::kRelease)).state == "queued");
+  json after = db.Row(released);
+  CHECK(after["attempt"] == 1);
+  CHECK(after["run_at"] == before["run_at"]);
+  CHECK(after["worker_id"].is_null());
+}
+
+TEST_CASE("errors keep the last 10, redacted and cut to 500 characters", "[finish]") {
+  Db db;
+  auto id = db.RunningJob(0, 100);
+  for (int i = 1; i <= 12; ++i) {
+    db.conn.exec("UPDATE akadze.jobs SET state = 'running', run_count = $2, worker_id = $3::uuid"
+                 " WHERE id = $1",
+                 pg::Params().add(id).add(i).add(db.worker));
+    std::string message = "try " + std::to_string(i);
+    if (i == 12) message = "postgres://app:s3cret@db/x " + std::string(600, 'y');
+    REQUIRE(db.Finish(id, Outcome(OutcomeKind::kRetry, "E" + std::to_string(i), message), i).applied);
+  }
+  json errors = db.Row(id)["errors"];
+  REQUIRE(errors.size() == 10);
+  CHECK(errors[0]["error"] == "E3");
+  CHECK(errors[9]["error"] == "E12");
+  std::string last = errors[9]["message"];
+  CHECK(last.find("s3cret") == std::string::npos);
+  CHECK(last.rfind("postgres://app:***@db/x yyy", 0) == 0);
+  // 500 characters, counted in the database as characters.
+  CHECK(db.conn.exec("SELECT length(errors->9->>'message') FROM akadze.jobs WHERE id = $1",
+                     pg::Params().add(id)).int64(0, 0) == 500);
+}
+
+TEST_CASE("a finish with the wrong run_count, worker or state is stale", "[finish]") {
+  Db db;
+  auto id = db.RunningJob();
+  CHECK_FALSE(db.Finish(id, Outcome(OutcomeKind::kSuccess), 2).applied);
+  CHECK_FALSE(FinishJobs(db.conn, RandomUuid(), {{id, 1, Outcome(OutcomeKind::kSuccess)}})
+                  .front().applied);
+  CHECK(db.Row(id)["state"] == "running");
+  CHECK(db.Finish(id, Outcome(OutcomeKind::kSuccess)).applied);
+  // A second finish of the same run is stale too.
+  CHECK_FALSE(db.Finish(id, Outcome(OutcomeKind::kFail, "E", "m")).applied);
+  CHECK(db.Row(id)["state"] == "succeeded");
+}
+
+TEST_CASE("one statement finishes a batch, results in request order", "[finish]") {
+  Db db;
+  std::vector<FinishRequest> batch;
+  for (int i = 0; i < 50; ++i) {
+    JobOutcome o = Outcome(i % 2 ? OutcomeKind::kSuccess : OutcomeKind::kRetry, "E", "m");
+    batch.push_back({db.RunningJob(), i == 7 ? 5 : 1, o});
+  }
+  auto results = FinishJobs(db.conn, db.worker, batch);
+  REQUIRE(results.size() == 50);
+  for (int i = 0; i < 50; ++i) {
+    CHECK(results[i].job_id == batch[i].job_id);
+    CHECK(results[i].applied == (i != 7));
+    if (i != 7) CHECK(results[i].state == (i % 2 ? "succeeded" : "queued"));
+  }
+}
+
+TEST_CASE("a result jsonb refuses fails the statement as an SqlError", "[finish]") {
+  Db db;
+  auto id = db.RunningJob();
+  JobOutcome o = Outcome(OutcomeKind::kSuccess);
+  o.result_json = R"({"bad": "\u0000"})";
+  CHECK_THROWS_AS(db.Finish(id, o), pg::SqlError);
+  CHECK(db.Row(id)["state"] == "running");
+}
+
+TEST_CASE("the rescue requeues or fails jobs of workers past the ttl", "[lease]") {
+  Db db;
+  WorkerIdentity dead{RandomUuid(), "h", 1, {"default"}};
+  WorkerIdentity alive{RandomUuid(), "h", 2, {"default"}};
+  RegisterWorker(db.conn, dead);
+  RegisterWorker(db.conn, alive);
+  db.conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '1 minute' WHERE id = $1::uuid",
+               pg::Params().add(dead.id));
+  auto job_of = [&](const std::string& worker, int attempt, int max_attempts) {
+    db.worker = worker;
+    return db.RunningJob(attempt, max_attempts);
+  };
+  auto requeued = job_of(dead.id, 0, 3);
+  auto spent = job_of(dead.id, 2, 3);
+  auto kept = job_of(alive.id, 0, 3);
+  // No worker row and started long ago: rescued; started just now: kept.
+  auto orphan = job_of(RandomUuid(), 0, 3);
+  db.conn.exec("UPDATE akadze.jobs SET started_at = now() - interval '1 minute' WHERE id = $1",
+               pg::Params().add(orphan));
+  auto young_orphan = job_of(RandomUuid(), 0, 3);
+
+  auto rescued = RescueLostJobs(db.conn, 30'000'000);
+  REQUIRE(rescued.size() == 3);
+  CHECK(rescued[0].id == requeued);
+  CHECK(rescued[0].worker_id == dead.id);
+  CHECK(rescued[0].state == "queued");
+  CHECK(rescued[1].id == spent);
+  CHECK(rescued[1].state == "failed");
+  CHECK(rescued[2].id == orphan);
+  json row = db.Row(requeued);
+  CHECK(row["attempt"] == 1);
+  CHECK(row["worker_id"].is_null());
+  CHECK(row["errors"][0]["error"] == "WorkerLost");
+  CHECK(db.Row(kept)["state"] == "running");
+  CHECK(db.Row(young_orphan)["state"] == "running");
+  // The dead worker's row goes once it owns no running job.
+  CHECK(db.conn.exec("SELECT count(*) FROM akadze.workers").int64(0, 0) == 1);
+  CHECK(RescueLostJobs(db.conn, 30'000'000).empty());
+}
+
+TEST_CASE("heartbeat reports a vanished worker row", "[lease]") {
+  Db db;
+  WorkerIdentity me{RandomUuid(), "h", 1, {"default"}};
+  RegisterWorker(db.conn, me);
+  CHECK(Heartbeat(db.conn, me.id));
+  DeregisterWorker(db.conn, me.id);
+  CHECK_FALSE(Heartbeat(db.conn, me.id));
+}
+
+}  // namespace
+}  // namespace akadzed
