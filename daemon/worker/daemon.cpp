@@ -18,6 +18,7 @@
 #include "worker/finisher.h"
 #include "worker/lease_keeper.h"
 #include "worker/logging.h"
+#include "worker/notify_listener.h"
 #include "worker/queue_runner.h"
 #include "worker/running_jobs.h"
 
@@ -133,6 +134,15 @@ int Daemon::Run() {
                           q.mode == ClaimMode::kFair ? "fair" : "ordered",
                           q.aging_us ? ",aging=" + FormatDuration(*q.aging_us) : "");
   }
+  std::unique_ptr<NotifyListener> listener;
+  if (timings.listen_notify) {
+    listener = std::make_unique<NotifyListener>(conninfo_, [&runners](const std::string& queue) {
+      for (auto& r : runners) {
+        if (queue.empty() || r->name() == queue) r->Wake();
+      }
+    });
+    listener->Start();
+  }
   spdlog::info("started worker={} queues={} handlers={} pid={}", identity.id, queues,
                config_.handlers.size(), identity.pid);
   notifier_.Notify("READY=1\nSTATUS=claiming");
@@ -181,6 +191,7 @@ int Daemon::Run() {
 
   // Shutdown: stop claiming, drain, then stop and release what is left.
   notifier_.Notify("STOPPING=1\nSTATUS=draining");
+  if (listener) listener->Stop();
   for (auto& r : runners) r->StopClaiming();
   auto deadline = Clock::now() + std::chrono::microseconds(timings.shutdown_timeout_us);
   auto drained = [&](Clock::time_point until) {

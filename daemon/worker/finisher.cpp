@@ -30,7 +30,7 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
     error = fmt::format(" error={} | {}", o.error, TruncateUtf8(OneLine(RedactSecrets(o.message)), 300));
   }
   auto level = result.state == "failed" ? spdlog::level::warn : spdlog::level::info;
-  spdlog::log(level, "finish job={} task={} queue={} outcome={} state={} attempt={} duration_ms={:.0f}{}{}",
+  spdlog::log(level, "finish job={} task={} queue={} outcome={} state={} failed_runs={} duration_ms={:.0f}{}{}",
               job.id, job.task, job.queue, OutcomeKindName(o.kind), result.state, result.attempt,
               item.duration_ms, next, error);
 }

@@ -147,8 +147,10 @@ void QueueRunner::Execute(Claimed claimed) {
   JobStop stop;
   running_.Add(job.id, job.run_count, &stop);
   auto started = Clock::now();
-  spdlog::info("start job={} task={} queue={} attempt={} run={} handler={}", job.id, job.task,
-               job.queue, job.attempt, job.run_count, handler ? handler->kind() : "none");
+  // attempt counts this run from 1, as handlers see it (AKADZE_ATTEMPT).
+  spdlog::info("start job={} task={} queue={} attempt={}/{} run={} handler={}", job.id, job.task,
+               job.queue, job.attempt + 1, job.max_attempts, job.run_count,
+               handler ? handler->kind() : "none");
   JobOutcome outcome;
   if (!handler) {
     outcome = {OutcomeKind::kRetry, std::nullopt, std::nullopt, "UnknownTask",

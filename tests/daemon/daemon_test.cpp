@@ -123,7 +123,7 @@ TEST_CASE("a failing job is retried with backoff, then succeeds", "[daemon]") {
   CHECK(row["errors"][0]["error"] == "ExitStatus");
   CHECK(row["errors"][0]["message"] == "exited with status 3: boom");
   std::string log = daemon->Log();
-  CHECK(log.find("outcome=retry state=queued attempt=1") != std::string::npos);
+  CHECK(log.find("outcome=retry state=queued failed_runs=1") != std::string::npos);
   CHECK(log.find("run_in=1.0s") != std::string::npos);
   // The second run started no earlier than the 1 s backoff after the first.
   auto gap = f.conn.exec("SELECT extract(epoch FROM started_at - created_at) FROM akadze.jobs"
@@ -382,6 +382,31 @@ TEST_CASE("SIGHUP reloads handlers; a bad new config keeps the old one", "[daemo
   REQUIRE(f.WaitState(third, "succeeded"));
   CHECK(f.Row(third)["result"] == 2);
   CHECK(daemon->running());
+}
+
+}  // namespace
+}  // namespace akadzed::test
+
+namespace akadzed::test {
+namespace {
+
+TEST_CASE("with listen_notify a NOTIFY wakes the claim loop before poll_interval", "[daemon]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write("noop.sh", "#!/bin/sh\n", true);
+  std::string worker = std::string(kFastWorker) + "  listen_notify: true\n";
+  worker.replace(worker.find("poll_interval: 100ms"), 20, "poll_interval: 1h");
+  auto daemon = f.Start(f.Config(Shell("noop", script), worker));
+  REQUIRE(daemon->WaitForLog("listen channel=akadze_jobs"));
+  // The first claims (at start and on LISTEN) found nothing; the loop now
+  // sleeps for an hour unless woken.
+  REQUIRE(daemon->WaitForLog("started worker="));
+  // Two rounds: by the second, the wake-ups of start, LISTEN and the freed
+  // slot have passed, so only the NOTIFY can bring the job in.
+  for (int round = 0; round < 2; ++round) {
+    auto id = f.Enqueue("noop");
+    f.conn.exec("NOTIFY akadze_jobs, 'default'");
+    CHECK(f.WaitState(id, "succeeded", 20s));
+  }
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+// Optional early wake-ups (worker.listen_notify): a connection that LISTENs
+// on channel `akadze_jobs` and wakes the claim loop of the queue a
+// notification names (its payload; an empty or unknown payload wakes every
+// queue). Producers send `NOTIFY akadze_jobs, '<queue>'` after enqueuing (or
+// a trigger does, docs/operations.md). Polling stays the source of truth:
+// a missed notification only delays a job until the next poll_interval.
+// LISTEN needs a session: not through PgBouncer in transaction mode.
+//
+// Thread-safety: Start/Stop from the owner only.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace akadzed {
+
+class NotifyListener {
+ public:
+  // `wake(queue)` is called on the listener's thread; "" means every queue.
+  NotifyListener(std::string conninfo, std::function<void(const std::string&)> wake);
+  ~NotifyListener();
+  NotifyListener(const NotifyListener&) = delete;
+  NotifyListener& operator=(const NotifyListener&) = delete;
+
+  void Start();
+  void Stop();
+
+  static constexpr const char* kChannel = "akadze_jobs";
+
+ private:
+  void Loop();
+
+  std::string conninfo_;
+  std::function<void(const std::string&)> wake_;
+  int stop_fd_ = -1;  // eventfd, readable once Stop() was called
+  std::thread thread_;
+};
+
+}  // namespace akadzed
