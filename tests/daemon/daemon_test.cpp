@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -407,6 +408,76 @@ TEST_CASE("with listen_notify a NOTIFY wakes the claim loop before poll_interval
     f.conn.exec("NOTIFY akadze_jobs, 'default'");
     CHECK(f.WaitState(id, "succeeded", 20s));
   }
+}
+
+}  // namespace
+}  // namespace akadzed::test
+
+namespace akadzed::test {
+namespace {
+
+TEST_CASE("a daemon that cannot heartbeat for heartbeat_ttl stops its handlers; no job is lost",
+          "[daemon][lease]") {
+  DaemonFixture f;
+  // The daemon logs in as its own role, so that the test can lock it out.
+  f.conn.exec("CREATE ROLE akadzed_lease_test LOGIN SUPERUSER");
+  std::string daemon_db = f.db + " user=akadzed_lease_test";
+  std::string pidfile = f.dir.path() + "/handler.pid";
+  std::string script = f.dir.Write(
+      "hold.sh",
+      "#!/bin/sh\nif [ \"$AKADZE_RUN_COUNT\" = 1 ]; then echo $$ > " + pidfile +
+          "; exec sleep 300; fi\n",
+      true);
+  std::string log = f.dir.path() + "/lease.log";
+  DaemonProcess daemon({"run", "--config", f.Config(Shell("hold", script)), "--database-url",
+                        daemon_db},
+                       {}, log);
+  auto id = f.Enqueue("hold");
+  REQUIRE(WaitUntil([&] { return ReadPid(pidfile) > 0; }));
+  pid_t handler = ReadPid(pidfile);
+
+  f.conn.exec("ALTER ROLE akadzed_lease_test NOLOGIN");
+  f.conn.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+              " WHERE usename = 'akadzed_lease_test'");
+  REQUIRE(daemon.WaitForLog("lease_lost"));
+  CHECK(WaitUntil([&] { return ProcessGone(handler); }, 10s));
+  CHECK(daemon.Log().find("drop job=" + std::to_string(id)) != std::string::npos);
+
+  f.conn.exec("ALTER ROLE akadzed_lease_test LOGIN");
+  REQUIRE(daemon.WaitForLog("new id after a lost lease"));
+  // The old id's job is rescued (by this very daemon) and runs again.
+  REQUIRE(f.WaitState(id, "succeeded"));
+  json row = f.Row(id);
+  CHECK(row["attempt"] == 1);
+  CHECK(row["errors"][0]["error"] == "WorkerLost");
+  daemon.Signal(SIGTERM);
+  CHECK(daemon.Wait() == 0);
+}
+
+TEST_CASE("journald format: priority prefixes and no timestamps", "[daemon]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write("noop.sh", "#!/bin/sh\necho to-the-journal\n", true);
+  std::string config = f.Config(Shell("noop", script));
+  // Same config with the journald format forced.
+  {
+    std::ifstream in(config);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    all.replace(all.find("format: text"), 12, "format: journald");
+    f.dir.Write("akadzed.yaml", all);
+  }
+  auto daemon = f.Start(config);
+  auto id = f.Enqueue("noop");
+  REQUIRE(f.WaitState(id, "succeeded"));
+  REQUIRE(daemon->WaitForLog("finish job="));
+  daemon->Signal(SIGTERM);
+  REQUIRE(daemon->Wait() == 0);
+  for (const std::string& line : Lines(daemon->Log())) {
+    INFO(line);
+    REQUIRE(line.size() > 3);
+    CHECK(line[0] == '<');
+    CHECK(line[2] == '>');
+  }
+  CHECK(daemon->Log().find("<6>output job=" + std::to_string(id)) != std::string::npos);
 }
 
 }  // namespace
