@@ -232,8 +232,11 @@ TEST_CASE("a second SIGTERM cuts the drain short", "[daemon]") {
 
 TEST_CASE("kill -9 of a daemon: another rescues its jobs after heartbeat_ttl", "[daemon]") {
   DaemonFixture f;
+  std::string pids = f.dir.path() + "/pids";
   std::string script = f.dir.Write(
-      "work.sh", "#!/bin/sh\nif [ \"$AKADZE_RUN_COUNT\" = 1 ]; then exec sleep 300; fi\n", true);
+      "work.sh",
+      "#!/bin/sh\nif [ \"$AKADZE_RUN_COUNT\" = 1 ]; then echo $$ >> " + pids + "; exec sleep 300; fi\n",
+      true);
   std::string config = f.Config(Shell("work", script), kFastWorker, 3);
   auto first = f.Start(config);
   std::vector<std::int64_t> ids;
@@ -251,8 +254,10 @@ TEST_CASE("kill -9 of a daemon: another rescues its jobs after heartbeat_ttl", "
     CHECK(row["errors"][0]["error"] == "WorkerLost");
   }
   CHECK(second->Log().find("rescue job=") != std::string::npos);
-  // The stray handlers of the killed daemon are still sleeping; end them.
-  std::system("pkill -f 'sleep 300' >/dev/null 2>&1");
+  // The killed daemon's handlers outlived it (their own process groups);
+  // end them.
+  std::ifstream in(pids);
+  for (pid_t pid = 0; in >> pid;) kill(pid, SIGKILL);
 }
 
 TEST_CASE("a finish that lost its fence is discarded and logged", "[daemon]") {
