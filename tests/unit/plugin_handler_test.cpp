@@ -314,7 +314,7 @@ TEST_CASE("the job's fields reach the plugin as struct akadzed_job", "[plugin]")
   job.id = 9'000'000'001;
   job.task = "mail";
   job.queue = "outbox";
-  job.attempt = 2;
+  job.attempt = 2;  // two failed runs: this is attempt 3
   job.max_attempts = 5;
   JobStop stop;
   JobOutcome outcome = handler.Run(job, stop);
@@ -322,7 +322,7 @@ TEST_CASE("the job's fields reach the plugin as struct akadzed_job", "[plugin]")
   CHECK(nlohmann::json::parse(*outcome.result_json) ==
         nlohmann::json{{"job_size", sizeof(akadzed_job)}, {"report_size", sizeof(akadzed_report)},
                        {"id", 9'000'000'001}, {"task", "mail"}, {"queue", "outbox"},
-                       {"limit_key", nullptr}, {"attempt", 2}, {"max_attempts", 5},
+                       {"limit_key", nullptr}, {"attempt", 3}, {"max_attempts", 5},
                        {"run_count", 4}, {"args", "echo"}, {"args_len", 6}, {"stop", 0}});
   job.limit_key = "tenant-3";
   outcome = handler.Run(job, stop);
