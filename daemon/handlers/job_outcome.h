@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace akadzed {
 
@@ -27,6 +28,15 @@ struct JobOutcome {
   std::string error;    // kRetry/kFail/kCancel: error class, e.g. "Timeout"
   std::string message;  // human text; stored redacted, cut to 500 chars
 };
+
+// A failed run (kRetry) with its error class and message.
+inline JobOutcome RetryOutcome(std::string error, std::string message) {
+  JobOutcome outcome;
+  outcome.kind = OutcomeKind::kRetry;
+  outcome.error = std::move(error);
+  outcome.message = std::move(message);
+  return outcome;
+}
 
 // Lower-case names for logs and docs: "success", "retry", "snooze", "fail",
 // "cancel", "release".

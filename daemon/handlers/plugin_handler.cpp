@@ -162,14 +162,6 @@ std::shared_ptr<LoadedPlugin> OpenPlugin(const std::string& configured) {
   return plugin;
 }
 
-JobOutcome Retry(std::string error, std::string message) {
-  JobOutcome outcome;
-  outcome.kind = OutcomeKind::kRetry;
-  outcome.error = std::move(error);
-  outcome.message = std::move(message);
-  return outcome;
-}
-
 // One handle() call: what the plugin's callbacks see through `host`.
 class RunState {
  public:
@@ -207,7 +199,7 @@ class RunState {
   JobOutcome Outcome(int code, const LoadedPlugin& plugin) const {
     std::lock_guard lock(mutex_);
     auto bad = [&](std::string what) {
-      return Retry("BadOutcome", fmt::format("plugin {} {}", plugin.label(), what));
+      return RetryOutcome("BadOutcome", fmt::format("plugin {} {}", plugin.label(), what));
     };
     JobOutcome outcome;
     outcome.error = error_;
@@ -349,14 +341,14 @@ JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop) {
 
     int code = plugin_->api().handle(instance_, &c_job, &report);
     if (state.TimedOut()) {
-      return Retry("Timeout", fmt::format("plugin {} ran past its timeout of {}", plugin_->label(),
+      return RetryOutcome("Timeout", fmt::format("plugin {} ran past its timeout of {}", plugin_->label(),
                                           FormatDuration(timeout_us_)));
     }
     return state.Outcome(code, *plugin_);
   } catch (const std::exception& e) {
-    return Retry("PluginError", fmt::format("plugin {}: {}", plugin_->label(), e.what()));
+    return RetryOutcome("PluginError", fmt::format("plugin {}: {}", plugin_->label(), e.what()));
   } catch (...) {
-    return Retry("PluginError", fmt::format("plugin {}: unknown exception", plugin_->label()));
+    return RetryOutcome("PluginError", fmt::format("plugin {}: unknown exception", plugin_->label()));
   }
 }
 

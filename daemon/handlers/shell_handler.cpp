@@ -160,14 +160,6 @@ const char* StopReasonText(StopReason reason) {
   return "stop requested";
 }
 
-JobOutcome Retry(std::string error, std::string message) {
-  JobOutcome outcome;
-  outcome.kind = OutcomeKind::kRetry;
-  outcome.error = std::move(error);
-  outcome.message = std::move(message);
-  return outcome;
-}
-
 // ---------------------------------------------------------------------------
 // Output: stdout/stderr split into lines, each logged once, with per-line and
 // per-run caps.
@@ -460,7 +452,7 @@ class ShellRun {
   // outcome, after the child (if any) has been killed and reaped.
   JobOutcome Execute() {
     try {
-      if (stop_.requested()) return Retry("Stopped", std::string("stopped before start: ") +
+      if (stop_.requested()) return RetryOutcome("Stopped", std::string("stopped before start: ") +
                                                          StopReasonText(stop_.reason()));
       if (std::optional<JobOutcome> failed = Spawn()) return *failed;
       Supervise();
@@ -468,7 +460,7 @@ class ShellRun {
     } catch (const std::exception& e) {
       KillAndReap();
       spdlog::error("shell job={} task={} handler error: {}", job_.id, task_, e.what());
-      return Retry(pid_ > 0 ? "HandlerError" : "SpawnFailed", e.what());
+      return RetryOutcome(pid_ > 0 ? "HandlerError" : "SpawnFailed", e.what());
     }
   }
 
@@ -607,9 +599,9 @@ std::optional<JobOutcome> ShellRun::Spawn() {
     // The chdir runs before the exec: name the directory when it is the culprit.
     const std::string& dir = config_.working_directory;
     if (!dir.empty() && access(dir.c_str(), X_OK) != 0) {
-      return Retry("SpawnFailed", "working_directory " + dir + ": " + std::strerror(errno));
+      return RetryOutcome("SpawnFailed", "working_directory " + dir + ": " + std::strerror(errno));
     }
-    return Retry("SpawnFailed", program + ": " + std::strerror(rc));
+    return RetryOutcome("SpawnFailed", program + ": " + std::strerror(rc));
   }
   pid_ = pid;
   pidfd_ = UniqueFd(PidfdOpen(pid));  // -1 on old kernels: exit is polled instead
@@ -806,28 +798,28 @@ void ShellRun::Supervise() {
 
 JobOutcome ShellRun::Decide() const {
   if (stop_.requested()) {
-    return Retry("Stopped", std::string("stopped: ") + StopReasonText(stop_.reason()));
+    return RetryOutcome("Stopped", std::string("stopped: ") + StopReasonText(stop_.reason()));
   }
-  if (timed_out_) return Retry("Timeout", "timed out after " + FormatDuration(config_.timeout_us));
+  if (timed_out_) return RetryOutcome("Timeout", "timed out after " + FormatDuration(config_.timeout_us));
 
   const Report report = ParseReport(report_text_, report_too_big_);
   const bool signaled = status_.how == ExitStatus::How::kSignaled;
   if (!report.invalid.empty()) {
     // A crash while writing the report is the crash's story.
-    return signaled ? Retry("Signal", status_.Describe()) : Retry("BadOutcome", report.invalid);
+    return signaled ? RetryOutcome("Signal", status_.Describe()) : RetryOutcome("BadOutcome", report.invalid);
   }
   if (report.explicit_kind) {
     if (report.outcome.kind != OutcomeKind::kSuccess || status_.success()) return report.outcome;
-    return Retry("BadOutcome", "outcome success contradicts: " + status_.Describe());
+    return RetryOutcome("BadOutcome", "outcome success contradicts: " + status_.Describe());
   }
   if (status_.success()) return report.outcome;  // kSuccess, result if reported
-  if (signaled) return Retry("Signal", status_.Describe());
+  if (signaled) return RetryOutcome("Signal", status_.Describe());
   std::string message = status_.Describe();
   const std::string& last = output_.last_stderr_line();
   if (status_.how == ExitStatus::How::kExited && !last.empty()) {
     message += ": " + TruncateUtf8(OneLine(last), kMaxStderrInMessage);
   }
-  return Retry("ExitStatus", std::move(message));
+  return RetryOutcome("ExitStatus", std::move(message));
 }
 
 }  // namespace
@@ -844,7 +836,7 @@ JobOutcome ShellHandler::Run(const ClaimedJob& job, JobStop& stop) {
     ShellRun run(task_, config_, job, stop);
     return run.Execute();
   } catch (const std::exception& e) {  // constructing the run (allocation)
-    return Retry("SpawnFailed", e.what());
+    return RetryOutcome("SpawnFailed", e.what());
   }
 }
 

@@ -119,8 +119,7 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
     } catch (const pg::TransientError&) {
       throw;
     } catch (const pg::SqlError& e) {
-      request.outcome = JobOutcome{OutcomeKind::kRetry, std::nullopt, std::nullopt, "BadResult",
-                                   std::string("the database refused the outcome: ") + e.what()};
+      request.outcome = RetryOutcome("BadResult", std::string("the database refused the outcome: ") + e.what());
     }
     results.push_back(
         session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, {request}); }).front());

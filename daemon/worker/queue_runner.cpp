@@ -153,13 +153,12 @@ void QueueRunner::Execute(Claimed claimed) {
                handler ? handler->kind() : "none");
   JobOutcome outcome;
   if (!handler) {
-    outcome = {OutcomeKind::kRetry, std::nullopt, std::nullopt, "UnknownTask",
-               "no handler for task '" + job.task + "' in this daemon's config"};
+    outcome = RetryOutcome("UnknownTask", "no handler for task '" + job.task + "' in this daemon's config");
   } else {
     try {
       outcome = handler->Run(job, stop);
     } catch (const std::exception& e) {
-      outcome = {OutcomeKind::kRetry, std::nullopt, std::nullopt, "HandlerError", e.what()};
+      outcome = RetryOutcome("HandlerError", e.what());
     }
   }
   running_.Remove(job.id);
