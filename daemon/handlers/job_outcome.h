@@ -27,6 +27,10 @@ struct JobOutcome {
   std::optional<std::int64_t> delay_us;    // kRetry (optional), kSnooze (required)
   std::string error;    // kRetry/kFail/kCancel: error class, e.g. "Timeout"
   std::string message;  // human text; stored redacted, cut to 500 chars
+  // The run was cut short by a JobStop request: the daemon records what the
+  // stop reason stands for instead (cancelled, released, nothing). A run
+  // that ended on its own just as a stop came keeps its real outcome.
+  bool interrupted = false;
 };
 
 // A failed run (kRetry) with its error class and message.

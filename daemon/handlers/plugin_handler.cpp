@@ -344,7 +344,10 @@ JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop) {
       return RetryOutcome("Timeout", fmt::format("plugin {} ran past its timeout of {}", plugin_->label(),
                                           FormatDuration(timeout_us_)));
     }
-    return state.Outcome(code, *plugin_);
+    JobOutcome outcome = state.Outcome(code, *plugin_);
+    // A plugin that finished its work despite the stop keeps its success.
+    outcome.interrupted = stop.requested() && outcome.kind != OutcomeKind::kSuccess;
+    return outcome;
   } catch (const std::exception& e) {
     return RetryOutcome("PluginError", fmt::format("plugin {}: {}", plugin_->label(), e.what()));
   } catch (...) {

@@ -452,8 +452,12 @@ class ShellRun {
   // outcome, after the child (if any) has been killed and reaped.
   JobOutcome Execute() {
     try {
-      if (stop_.requested()) return RetryOutcome("Stopped", std::string("stopped before start: ") +
+      if (stop_.requested()) {
+        JobOutcome stopped = RetryOutcome("Stopped", std::string("stopped before start: ") +
                                                          StopReasonText(stop_.reason()));
+        stopped.interrupted = true;
+        return stopped;
+      }
       if (std::optional<JobOutcome> failed = Spawn()) return *failed;
       Supervise();
       return Decide();
@@ -504,6 +508,7 @@ class ShellRun {
   bool exited_ = false;
   ExitStatus status_;
   bool timed_out_ = false;
+  bool stopped_ = false;  // signalled because of a stop request while running
   bool term_sent_ = false;
   std::optional<Clock::time_point> kill_at_;
 };
@@ -709,6 +714,7 @@ void ShellRun::Supervise() {
     if (!exited_) {
       if (!stop_seen && stop_.requested()) {
         stop_seen = true;
+        stopped_ = true;
         if (!term_sent_) {
           spdlog::info("shell job={} task={} stopping ({}): SIGTERM to process group {}", job_.id,
                        task_, StopReasonText(stop_.reason()), pid_);
@@ -797,8 +803,10 @@ void ShellRun::Supervise() {
 }
 
 JobOutcome ShellRun::Decide() const {
-  if (stop_.requested()) {
-    return RetryOutcome("Stopped", std::string("stopped: ") + StopReasonText(stop_.reason()));
+  if (stopped_) {
+    JobOutcome stopped = RetryOutcome("Stopped", std::string("stopped: ") + StopReasonText(stop_.reason()));
+    stopped.interrupted = true;
+    return stopped;
   }
   if (timed_out_) return RetryOutcome("Timeout", "timed out after " + FormatDuration(config_.timeout_us));
 

@@ -1,7 +1,9 @@
 #include "pg/connection.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "pg/pg_error.h"
 
@@ -23,11 +25,33 @@ std::string StatementName(std::string_view sql) {
 }  // namespace
 
 Connection Connection::Open(const std::string& conninfo, std::string_view application_name) {
-  const char* keywords[] = {"dbname", "fallback_application_name", nullptr};
+  // Defaults that keep a dead server or network from hanging a thread
+  // forever; they come before "dbname", so the conninfo (and PG* variables
+  // the user set) override them.
+  struct Default {
+    const char* keyword;
+    const char* env;
+    const char* value;
+  };
+  static constexpr Default kDefaults[] = {
+      {"connect_timeout", "PGCONNECT_TIMEOUT", "10"},
+      {"keepalives_idle", nullptr, "30"},
+      {"keepalives_interval", nullptr, "10"},
+      {"keepalives_count", nullptr, "3"},
+      {"tcp_user_timeout", nullptr, "60000"},
+  };
+  std::vector<const char*> keywords;
+  std::vector<const char*> values;
+  for (const Default& d : kDefaults) {
+    if (d.env != nullptr && std::getenv(d.env) != nullptr) continue;
+    keywords.push_back(d.keyword);
+    values.push_back(d.value);
+  }
   std::string app(application_name);
-  const char* values[] = {conninfo.c_str(), app.c_str(), nullptr};
+  keywords.insert(keywords.end(), {"dbname", "fallback_application_name", nullptr});
+  values.insert(values.end(), {conninfo.c_str(), app.c_str(), nullptr});
   // expand_dbname=1: a URL or keyword string in "dbname" is expanded.
-  PGconn* raw = PQconnectdbParams(keywords, values, 1);
+  PGconn* raw = PQconnectdbParams(keywords.data(), values.data(), 1);
   if (raw == nullptr || PQstatus(raw) != CONNECTION_OK) {
     std::unique_ptr<PGconn, decltype(&PQfinish)> guard(raw, &PQfinish);
     ThrowForConnection(raw, "cannot connect to PostgreSQL", conninfo);

@@ -21,6 +21,9 @@ class Connection {
   // Opens a connection. `conninfo` is a libpq URL or keyword string; "" means
   // libpq's defaults (PG* environment variables, service file). Sets
   // application_name to `application_name` unless conninfo names one.
+  // Unless conninfo (or $PGCONNECT_TIMEOUT) says otherwise: connect_timeout
+  // 10 s, TCP keepalives after 30 s idle (10 s apart, 3 probes) and
+  // tcp_user_timeout 60 s, so a vanished server surfaces as an error.
   // Throws ConnectionError (message redacted) if the server can't be reached.
   static Connection Open(const std::string& conninfo,
                          std::string_view application_name = "akadzed");

@@ -185,6 +185,7 @@ int Daemon::Run() {
                    FormatDuration(timings.shutdown_timeout_us));
       break;
     }
+    lease.CheckExpiry();
     if (watchdog && progressing()) notifier_.Notify("WATCHDOG=1");
     notifier_.Notify("STATUS=" + status(lease.held() ? "claiming; busy" : "lease lost; busy"));
   }
@@ -202,6 +203,7 @@ int Daemon::Run() {
   while (!drained(Clock::now()) && Clock::now() < deadline && !fast) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     int sig = WaitSignal(std::min(left, std::chrono::milliseconds(100)));
+    lease.CheckExpiry();
     if (sig == SIGTERM || sig == SIGINT) {
       fast = true;
       spdlog::warn("signal {} again | stopping running jobs now", strsignal(sig));

@@ -83,7 +83,13 @@ void Finisher::Loop() {
       }
       if (batch.empty() && stopping_) return;
     }
-    if (Write(batch)) {
+    bool written = false;
+    try {
+      written = Write(batch);
+    } catch (const std::exception& e) {  // not a database error: retried like one
+      spdlog::error("finish_failed count={} | {}", batch.size(), OneLine(e.what()));
+    }
+    if (written) {
       retry_delay = std::chrono::milliseconds(100);
       continue;
     }

@@ -66,11 +66,14 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
                                  : std::nullopt);
   }
   // The state a finish leads to, from the outcome and the job's old row.
+  // A job whose cancel was requested is never queued again: the claim skips
+  // such jobs, so it would wait forever; it is cancelled instead.
   static const std::string kNewState =
       "CASE f.kind WHEN 'success' THEN 'succeeded' WHEN 'cancel' THEN 'cancelled'"
       " WHEN 'fail' THEN 'failed'"
-      " WHEN 'retry' THEN CASE WHEN j.attempt + 1 >= j.max_attempts THEN 'failed' ELSE 'queued' END"
-      " ELSE 'queued' END";
+      " WHEN 'retry' THEN CASE WHEN j.attempt + 1 >= j.max_attempts THEN 'failed'"
+      "   WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END"
+      " ELSE CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END END";
   static const std::string kSql = fmt::format(
       "WITH f AS (SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[],"
       "   $6::text[], $7::text[], $8::text[])"

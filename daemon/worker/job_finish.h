@@ -36,7 +36,9 @@ struct FinishResult {
 
 // Applies `requests` in one statement (one round trip) as worker `worker_id`.
 // A request is applied only when its job is still `running` with this
-// worker_id and run_count; others come back with applied = false. Error
+// worker_id and run_count; others come back with applied = false. A job
+// with cancel_requested_at set that would go back to `queued` (retry,
+// snooze, release) is `cancelled` instead. Error
 // messages are redacted and cut to 500 characters; `errors` keeps the last
 // 10 entries. Results are in request order. Throws pg::PgError; a SqlError
 // for a batch means one of its rows is unstorable (e.g. a result jsonb

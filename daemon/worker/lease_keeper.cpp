@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "claim/claim_transaction.h"
+#include "core/duration.h"
 #include "core/redact.h"
 #include "pg/pg_error.h"
 
@@ -70,34 +71,42 @@ void LeaseKeeper::Loop() {
     }
     try {
       Round();
-    } catch (const pg::PgError& e) {
+    } catch (const std::exception& e) {
       spdlog::error("heartbeat_failed | {}", OneLine(e.what()));
     }
-    std::lock_guard lock(mu_);
-    last_round_ = Clock::now();
-    if (held_.load() && last_round_ - last_heartbeat_ > ttl) {
-      held_.store(false, std::memory_order_release);
-      reregister_ = true;
-      int stopped = running_.RequestStopAll(StopReason::kLeaseLost);
-      spdlog::error(
-          "lease_lost worker={} stopped_jobs={} | no heartbeat for {}s; claiming paused until the "
-          "database answers",
-          identity_.id, stopped, timings_.heartbeat_ttl_us / 1'000'000);
+    {
+      std::lock_guard lock(mu_);
+      last_round_ = Clock::now();
     }
+    CheckExpiry();
   }
+}
+
+void LeaseKeeper::CheckExpiry() {
+  const auto expiry = std::chrono::microseconds(timings_.heartbeat_ttl_us - timings_.heartbeat_interval_us);
+  std::lock_guard lock(mu_);
+  if (!held_.load() || Clock::now() - last_heartbeat_ <= expiry) return;
+  held_.store(false, std::memory_order_release);
+  reregister_ = true;
+  int stopped = running_.RequestStopAll(StopReason::kLeaseLost);
+  spdlog::error(
+      "lease_lost worker={} stopped_jobs={} | no heartbeat for {}; claiming paused until the "
+      "database answers",
+      identity_.id, stopped, FormatDuration(expiry.count()));
 }
 
 void LeaseKeeper::Round() {
   WorkerIdentity identity;
+  bool reregister;
   {
     std::lock_guard lock(mu_);
     identity = identity_;
+    reregister = reregister_;
   }
-  if (reregister_) {
+  if (reregister) {
     // Our jobs were stopped without finishes: let the rescue take the old id.
     identity.id = RandomUuid();
     session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
-    reregister_ = false;
     spdlog::warn("registered worker={} host={} pid={} | new id after a lost lease", identity.id,
                  identity.hostname, identity.pid);
   } else if (!session_.Run([&](pg::Connection& c) { return Heartbeat(c, identity.id); })) {
@@ -106,7 +115,11 @@ void LeaseKeeper::Round() {
   }
   {
     std::lock_guard lock(mu_);
+    // The lease expired while this heartbeat was in flight: its jobs are
+    // already stopped; the next round registers a new id.
+    if (reregister_ && !reregister) return;
     identity_.id = identity.id;
+    reregister_ = false;
     last_heartbeat_ = Clock::now();
   }
   if (!held_.exchange(true)) spdlog::info("lease_regained worker={}", identity.id);

@@ -5,8 +5,11 @@
 //    a cancel request stops the job (kCancelRequested), a job no longer ours
 //    (rescued while we were slow) stops without a finish (kLeaseLost);
 //  - rescues jobs of workers whose heartbeat is older than heartbeat_ttl.
-// When no heartbeat has succeeded for heartbeat_ttl the lease is lost: every
-// running job is stopped without a finish and claiming pauses. Once the
+// When no heartbeat has succeeded for heartbeat_ttl - heartbeat_interval (a
+// margin before other daemons, which wait heartbeat_ttl, start rescuing) the
+// lease is lost: every running job is stopped without a finish and claiming
+// pauses. The check runs on the main thread's timer (CheckExpiry), so a
+// statement that hangs cannot delay it. Once the
 // database answers again the daemon registers under a new worker id, so the
 // jobs of the old id are rescued like those of any dead worker.
 //
@@ -39,6 +42,10 @@ class LeaseKeeper {
   // Stops the thread; with `deregister`, deletes the worker's row.
   void Stop(bool deregister);
 
+  // Declares the lease lost when the last heartbeat is too old. Called
+  // about once a second by the daemon's main thread, and after each round.
+  void CheckExpiry();
+
   std::string worker_id() const;
   // False while the lease is lost (no heartbeat for heartbeat_ttl).
   bool held() const { return held_.load(std::memory_order_acquire); }
@@ -60,7 +67,7 @@ class LeaseKeeper {
   bool stopping_ = false;                                    // guarded by mu_
   std::chrono::steady_clock::time_point last_heartbeat_;     // guarded by mu_
   std::chrono::steady_clock::time_point last_round_;         // guarded by mu_
-  bool reregister_ = false;  // lease was lost: take a new id (thread only)
+  bool reregister_ = false;  // lease was lost: take a new id; guarded by mu_
 };
 
 }  // namespace akadzed

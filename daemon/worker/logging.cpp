@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -40,17 +41,25 @@ bool StderrIsJournal() {
 }
 
 void ConfigureLogging(const LoggingConfig& config) {
+  // One logger for the process, changed in place on reload: replacing the
+  // default logger while other threads log through it is not safe in spdlog,
+  // but a formatter swap takes the sink's lock and the level is atomic.
+  static std::mutex mu;
+  static std::shared_ptr<spdlog::logger> logger;
+  std::lock_guard lock(mu);
   bool journal = config.format == LogFormat::kJournald ||
                  (config.format == LogFormat::kAuto && StderrIsJournal());
-  auto logger = std::make_shared<spdlog::logger>(
-      "akadzed", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   auto formatter = std::make_unique<spdlog::pattern_formatter>(
       "%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
   if (journal) formatter->add_flag<JournalPriorityFlag>('*').set_pattern("%*%v");
+  if (!logger) {
+    logger = std::make_shared<spdlog::logger>("akadzed",
+                                              std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    logger->flush_on(spdlog::level::trace);
+    spdlog::set_default_logger(logger);
+  }
   logger->set_formatter(std::move(formatter));
   logger->set_level(spdlog::level::from_str(config.level));
-  logger->flush_on(spdlog::level::trace);
-  spdlog::set_default_logger(std::move(logger));
 }
 
 }  // namespace akadzed

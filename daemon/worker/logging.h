@@ -6,8 +6,9 @@
 // Events are "<event> key=value ... [| free text]"; job args and results are
 // never logged.
 //
-// Thread-safety: ConfigureLogging swaps the default logger and may be called
-// while other threads log (spdlog's registry is thread-safe).
+// Thread-safety: ConfigureLogging installs the default logger once and later
+// changes its format and level in place; it may be called while other
+// threads log.
 #pragma once
 
 #include "config/config.h"
@@ -17,7 +18,7 @@ namespace akadzed {
 // True when stderr is connected to the journal.
 bool StderrIsJournal();
 
-// Installs the default logger for `config` (level and format).
+// Installs (first call) or reconfigures the default logger for `config`.
 void ConfigureLogging(const LoggingConfig& config);
 
 }  // namespace akadzed

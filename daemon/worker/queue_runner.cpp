@@ -39,7 +39,6 @@ void QueueRunner::StopClaiming() {
     claiming_ = false;
   }
   claim_cv_.notify_all();
-  if (claimer_.joinable()) claimer_.join();
 }
 
 bool QueueRunner::WaitDrained(Clock::time_point deadline) {
@@ -50,9 +49,12 @@ bool QueueRunner::WaitDrained(Clock::time_point deadline) {
 void QueueRunner::Join() {
   {
     std::lock_guard lock(mu_);
+    claiming_ = false;
     executors_stop_ = true;
   }
+  claim_cv_.notify_all();
   work_cv_.notify_all();
+  if (claimer_.joinable()) claimer_.join();
   for (auto& t : executors_) {
     if (t.joinable()) t.join();
   }
@@ -112,7 +114,8 @@ void QueueRunner::ClaimLoop() {
           for (ClaimedJob& job : result.jobs) ready_.push_back({std::move(job), request.worker_id});
         }
         work_cv_.notify_all();
-      } catch (const pg::PgError& e) {
+      } catch (const std::exception& e) {
+        // Database errors, and anything else a claim may throw: log, back off.
         spdlog::error("claim_failed queue={} | {}", queue_.name, OneLine(e.what()));
         delay = error_delay;
         error_delay = std::min<std::chrono::microseconds>(error_delay * 2, std::chrono::seconds(30));
@@ -143,35 +146,51 @@ void QueueRunner::ExecutorLoop() {
 
 void QueueRunner::Execute(Claimed claimed) {
   const ClaimedJob& job = claimed.job;
+  if (!lease_.held() || claimed.worker_id != lease_.worker_id()) {
+    // Claimed under a lease lost since: the job is being rescued.
+    spdlog::warn("drop job={} task={} queue={} | lease lost before it started: not run", job.id,
+                 job.task, job.queue);
+    FreeSlot();
+    return;
+  }
   std::shared_ptr<JobHandler> handler = handlers_.Find(job.task);
-  JobStop stop;
-  running_.Add(job.id, job.run_count, &stop);
   auto started = Clock::now();
-  // attempt counts this run from 1, as handlers see it (AKADZE_ATTEMPT).
   spdlog::info("start job={} task={} queue={} attempt={}/{} run={} handler={}", job.id, job.task,
                job.queue, job.attempt + 1, job.max_attempts, job.run_count,
                handler ? handler->kind() : "none");
   JobOutcome outcome;
-  if (!handler) {
-    outcome = RetryOutcome("UnknownTask", "no handler for task '" + job.task + "' in this daemon's config");
-  } else {
-    try {
-      outcome = handler->Run(job, stop);
-    } catch (const std::exception& e) {
-      outcome = RetryOutcome("HandlerError", e.what());
+  StopReason stopped = StopReason::kNone;
+  try {
+    JobStop stop;
+    running_.Add(job.id, job.run_count, &stop);
+    struct Registration {  // removed on every path, before `stop` dies
+      RunningJobs& running;
+      const ClaimedJob& job;
+      ~Registration() { running.Remove(job.id, job.run_count); }
+    } registration{running_, job};
+    if (!handler) {
+      outcome = RetryOutcome("UnknownTask", "no handler for task '" + job.task + "' in this daemon's config");
+    } else {
+      try {
+        outcome = handler->Run(job, stop);
+      } catch (const std::exception& e) {
+        outcome = RetryOutcome("HandlerError", e.what());
+      }
     }
+    if (outcome.interrupted) stopped = stop.reason();
+  } catch (const std::exception& e) {  // no JobStop (out of fds): nothing ran
+    outcome = RetryOutcome("HandlerError", std::string("cannot start: ") + e.what());
   }
-  running_.Remove(job.id);
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
-  switch (stop.reason()) {
+  switch (stopped) {
     case StopReason::kNone:
       break;
     case StopReason::kCancelRequested:
-      outcome = {OutcomeKind::kCancel, std::nullopt, std::nullopt, "Cancelled",
-                 "cancel requested while running"};
+      outcome = JobOutcome{OutcomeKind::kCancel, std::nullopt, std::nullopt, "Cancelled",
+                           "cancel requested while running"};
       break;
     case StopReason::kShutdown:
-      outcome = {OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""};
+      outcome = JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""};
       break;
     case StopReason::kLeaseLost:
       spdlog::warn("drop job={} task={} queue={} duration_ms={:.0f} | lease lost: no finish recorded",

@@ -43,12 +43,14 @@ class QueueRunner {
   ~QueueRunner();
 
   void Start();
-  // Stops claiming; executors go on with what they have.
+  // Stops claiming (without waiting for a claim in flight); executors go on
+  // with what they have.
   void StopClaiming();
   // Waits until every claimed job was handed to the finisher (or dropped)
   // and its slot freed, or until `deadline`. True when drained.
   bool WaitDrained(std::chrono::steady_clock::time_point deadline);
-  // Stops the executors (after WaitDrained) and joins every thread.
+  // Stops the claim loop and the executors (after WaitDrained) and joins
+  // every thread.
   void Join();
   // Wakes the claim loop now (LISTEN/NOTIFY).
   void Wake();

@@ -4,27 +4,27 @@ namespace akadzed {
 
 void RunningJobs::Add(std::int64_t job_id, std::int32_t run_count, JobStop* stop) {
   std::lock_guard lock(mu_);
-  jobs_[job_id] = Entry{run_count, stop};
+  jobs_[{job_id, run_count}] = stop;
   stop->Request(latched_);
 }
 
-void RunningJobs::Remove(std::int64_t job_id) {
+void RunningJobs::Remove(std::int64_t job_id, std::int32_t run_count) {
   std::lock_guard lock(mu_);
-  jobs_.erase(job_id);
+  jobs_.erase({job_id, run_count});
 }
 
 bool RunningJobs::RequestStop(std::int64_t job_id, std::int32_t run_count, StopReason reason) {
   std::lock_guard lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end() || it->second.run_count != run_count) return false;
-  it->second.stop->Request(reason);
+  auto it = jobs_.find({job_id, run_count});
+  if (it == jobs_.end()) return false;
+  it->second->Request(reason);
   return true;
 }
 
 int RunningJobs::RequestStopAll(StopReason reason, bool latch) {
   std::lock_guard lock(mu_);
   if (latch) latched_ = reason;
-  for (auto& [id, entry] : jobs_) entry.stop->Request(reason);
+  for (auto& [run, stop] : jobs_) stop->Request(reason);
   return static_cast<int>(jobs_.size());
 }
 
@@ -32,7 +32,7 @@ std::vector<std::pair<std::int64_t, std::int32_t>> RunningJobs::Snapshot() const
   std::lock_guard lock(mu_);
   std::vector<std::pair<std::int64_t, std::int32_t>> out;
   out.reserve(jobs_.size());
-  for (const auto& [id, entry] : jobs_) out.emplace_back(id, entry.run_count);
+  for (const auto& [run, stop] : jobs_) out.push_back(run);
   return out;
 }
 

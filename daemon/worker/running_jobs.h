@@ -7,7 +7,8 @@
 
 #include <cstdint>
 #include <mutex>
-#include <unordered_map>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "handlers/job_handler.h"
@@ -16,14 +17,12 @@ namespace akadzed {
 
 class RunningJobs {
  public:
-  struct Entry {
-    std::int32_t run_count = 0;
-    JobStop* stop = nullptr;
-  };
-
-  // Registers a job its executor is about to run; `stop` must outlive Remove.
+  // Registers a run its executor is about to start; `stop` must outlive
+  // Remove. Runs are keyed by (job id, run_count): a job rescued from us
+  // while its handler still runs may be claimed here again, and both runs
+  // must stay stoppable.
   void Add(std::int64_t job_id, std::int32_t run_count, JobStop* stop);
-  void Remove(std::int64_t job_id);
+  void Remove(std::int64_t job_id, std::int32_t run_count);
 
   // Asks the job to stop when it runs with this run_count. True if it did.
   bool RequestStop(std::int64_t job_id, std::int32_t run_count, StopReason reason);
@@ -37,7 +36,7 @@ class RunningJobs {
 
  private:
   mutable std::mutex mu_;
-  std::unordered_map<std::int64_t, Entry> jobs_;  // guarded by mu_
+  std::map<std::pair<std::int64_t, std::int32_t>, JobStop*> jobs_;  // guarded by mu_
   StopReason latched_ = StopReason::kNone;         // guarded by mu_
 };
 

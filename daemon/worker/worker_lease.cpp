@@ -51,10 +51,13 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       " rescued AS ("
       "  UPDATE akadze.jobs AS j SET"
       "   attempt = j.attempt + 1,"
-      "   state = CASE WHEN j.attempt + 1 >= j.max_attempts THEN 'failed' ELSE 'queued' END,"
+      "   state = CASE WHEN j.attempt + 1 >= j.max_attempts THEN 'failed'"
+      "     WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END,"
       "   errors = {},"
-      "   finished_at = CASE WHEN j.attempt + 1 >= j.max_attempts THEN now() END,"
-      "   worker_id = CASE WHEN j.attempt + 1 >= j.max_attempts THEN j.worker_id END"
+      "   finished_at = CASE WHEN j.attempt + 1 >= j.max_attempts"
+      "     OR j.cancel_requested_at IS NOT NULL THEN now() END,"
+      "   worker_id = CASE WHEN j.attempt + 1 >= j.max_attempts"
+      "     OR j.cancel_requested_at IS NOT NULL THEN j.worker_id END"
       "  FROM lost WHERE j.id = lost.id AND j.state = 'running'"
       "  RETURNING j.id, COALESCE(lost.worker_id::text, '') AS lost_worker, j.state)"
       " SELECT id, lost_worker, state FROM rescued ORDER BY id",
@@ -66,9 +69,12 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
   for (int i = 0; i < rows.rows(); ++i) {
     rescued.push_back({rows.int64(i, 0), std::string(rows.text(i, 1)), std::string(rows.text(i, 2))});
   }
+  // SKIP LOCKED: a row its worker is heartbeating right now is not dead.
   conn.exec(
-      "DELETE FROM akadze.workers w WHERE w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
-      " AND NOT EXISTS (SELECT 1 FROM akadze.jobs j WHERE j.worker_id = w.id AND j.state = 'running')",
+      "DELETE FROM akadze.workers WHERE id IN (SELECT w.id FROM akadze.workers w"
+      "  WHERE w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
+      "    AND NOT EXISTS (SELECT 1 FROM akadze.jobs j WHERE j.worker_id = w.id AND j.state = 'running')"
+      "  FOR UPDATE SKIP LOCKED)",
       pg::Params().add(ttl_us));
   return rescued;
 }

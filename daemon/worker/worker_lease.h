@@ -47,7 +47,8 @@ struct RescuedJob {
 
 // Rescues running jobs whose worker has not heartbeaten for `ttl_us` (or has
 // no row and started more than `ttl_us` ago): attempt+1, error WorkerLost,
-// back to queued, or failed when attempts are spent. Rows another
+// back to queued, or failed when attempts are spent (cancelled when a cancel
+// was requested: such a job is never claimed again). Rows another
 // transaction holds are left for the next round. Then deletes rows of dead
 // workers that own no running job. Returns the rescued jobs.
 std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us);

@@ -75,7 +75,16 @@ std::string Shell(const std::string& task, const std::string& script_path,
   return "  " + task + ":\n    shell:\n      command: [\"" + script_path + "\"]\n" + extra;
 }
 
-bool ProcessGone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+// Gone, or a zombie nobody reaps yet (an orphan's new parent may be slow or,
+// in some containers, never reap): either way it runs no more.
+bool ProcessGone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  auto close_paren = text.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < text.size() &&
+         text[close_paren + 2] == 'Z';
+}
 
 pid_t ReadPid(const std::string& file) {
   std::ifstream in(file);
@@ -194,13 +203,17 @@ TEST_CASE("cancelling a running job kills its handler within a heartbeat", "[dae
 
 TEST_CASE("SIGTERM drains short jobs and releases long ones", "[daemon]") {
   DaemonFixture f;
+  std::string pidfile = f.dir.path() + "/long.pid";
   std::string script = f.dir.Write(
-      "sleep.sh", "#!/bin/sh\nread -r args\ncase \"$args\" in *long*) exec sleep 300;; esac\nsleep 0.5\n",
+      "sleep.sh",
+      "#!/bin/sh\nread -r args\ncase \"$args\" in *long*) echo $$ > " + pidfile +
+          "; exec sleep 300;; esac\nsleep 0.5\n",
       true);
   auto daemon = f.Start(f.Config(Shell("nap", script, "      kill_grace: 1s\n")));
   auto long_job = f.Enqueue("nap", R"({"kind": "long"})");
   auto short_job = f.Enqueue("nap", R"({"kind": "short"})");
   REQUIRE(WaitUntil([&] { return f.State(long_job) == "running" && f.State(short_job) == "running"; }));
+  REQUIRE(WaitUntil([&] { return ReadPid(pidfile) > 0; }));
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait(30s) == 0);
   CHECK(f.State(short_job) == "succeeded");
@@ -213,6 +226,7 @@ TEST_CASE("SIGTERM drains short jobs and releases long ones", "[daemon]") {
   std::string log = daemon->Log();
   CHECK(log.find("outcome=release state=queued") != std::string::npos);
   CHECK(log.find("stopped worker=") != std::string::npos);
+  CHECK(ProcessGone(ReadPid(pidfile)));
 }
 
 TEST_CASE("a second SIGTERM cuts the drain short", "[daemon]") {

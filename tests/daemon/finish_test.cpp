@@ -241,3 +241,38 @@ TEST_CASE("heartbeat reports a vanished worker row", "[lease]") {
 
 }  // namespace
 }  // namespace akadzed
+
+namespace akadzed {
+namespace {
+
+TEST_CASE("a job with a cancel request is cancelled where it would be queued again", "[finish]") {
+  Db db;
+  auto retried = db.RunningJob();
+  auto snoozed = db.RunningJob();
+  auto released = db.RunningJob();
+  auto succeeded = db.RunningJob();
+  db.conn.exec("UPDATE akadze.jobs SET cancel_requested_at = now()");
+  CHECK(db.Finish(retried, Outcome(OutcomeKind::kRetry, "E", "m")).state == "cancelled");
+  JobOutcome snooze = Outcome(OutcomeKind::kSnooze);
+  snooze.delay_us = 1'000'000;
+  CHECK(db.Finish(snoozed, snooze).state == "cancelled");
+  CHECK(db.Finish(released, Outcome(OutcomeKind::kRelease)).state == "cancelled");
+  // A run that finished its work keeps its success.
+  CHECK(db.Finish(succeeded, Outcome(OutcomeKind::kSuccess)).state == "succeeded");
+  CHECK_FALSE(db.Row(released)["finished_at"].is_null());
+  CHECK(db.Row(retried)["attempt"] == 1);
+}
+
+TEST_CASE("the rescue cancels a lost job whose cancel was requested", "[lease]") {
+  Db db;
+  auto id = db.RunningJob();  // its worker has no row
+  db.conn.exec("UPDATE akadze.jobs SET cancel_requested_at = now(),"
+               " started_at = now() - interval '1 minute'");
+  auto rescued = RescueLostJobs(db.conn, 30'000'000);
+  REQUIRE(rescued.size() == 1);
+  CHECK(rescued[0].state == "cancelled");
+  CHECK_FALSE(db.Row(id)["finished_at"].is_null());
+}
+
+}  // namespace
+}  // namespace akadzed
