@@ -225,7 +225,12 @@ int Daemon::Run() {
   }
   bool all_done = drained(Clock::now() + std::chrono::microseconds(grace_us) + std::chrono::seconds(10));
   if (!all_done) {
-    spdlog::error("shutdown | some handlers did not stop; their jobs are rescued after heartbeat_ttl");
+    int left = 0;
+    for (const auto& r : runners) left += r->busy_slots();
+    spdlog::error(
+        "shutdown unfinished_jobs={} | handlers that ignored the stop, or finishes the database "
+        "did not take; these jobs are rescued after heartbeat_ttl",
+        left);
     std::fflush(stderr);
     std::_Exit(1);
   }
