@@ -267,7 +267,7 @@ TEST_CASE("kill -9 of a daemon: another rescues its jobs after heartbeat_ttl", "
     CHECK(row["attempt"] == 1);
     CHECK(row["errors"][0]["error"] == "WorkerLost");
   }
-  CHECK(second->Log().find("rescue job=") != std::string::npos);
+  CHECK(second->WaitForLog("rescue job="));
   // The killed daemon's handlers outlived it (their own process groups);
   // end them.
   std::ifstream in(pids);
@@ -460,7 +460,7 @@ TEST_CASE("a daemon that cannot heartbeat for heartbeat_ttl stops its handlers; 
               " WHERE usename = 'akadzed_lease_test'");
   REQUIRE(daemon.WaitForLog("lease_lost"));
   CHECK(WaitUntil([&] { return ProcessGone(handler); }, 10s));
-  CHECK(daemon.Log().find("drop job=" + std::to_string(id)) != std::string::npos);
+  CHECK(daemon.WaitForLog("drop job=" + std::to_string(id), 10s));
 
   f.conn.exec("ALTER ROLE akadzed_lease_test LOGIN");
   REQUIRE(daemon.WaitForLog("new id after a lost lease"));
