@@ -27,6 +27,9 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kMaxFileBytes = 1 << 20;
 constexpr int kMaxJsonDepth = 64;
+// Values a plugin's `config:` may expand to: aliases can fan out
+// exponentially ("billion laughs") in a file of a few hundred bytes.
+constexpr std::size_t kMaxJsonValues = 100000;
 
 std::string Prefix(const std::string& file, int line) {
   return line > 0 ? file + ":" + std::to_string(line) + ": " : file + ": ";
@@ -95,6 +98,8 @@ nlohmann::json PlainScalarJson(const std::string& text) {
   static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
   if (text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
   if (auto b = ParseBool(text)) return *b;
+  // std::regex recurses per character; no number we keep is this long.
+  if (text.size() > 64) return text;
   if (std::regex_match(text, kInteger)) {
     if (auto i = ParseNumber<std::int64_t>(text)) return *i;
   }
@@ -385,6 +390,10 @@ class Reader {
     if (depth > kMaxJsonDepth) {
       Fail(root, "nested more than " + std::to_string(kMaxJsonDepth) + " levels deep");
     }
+    if (++json_values_ > kMaxJsonValues) {
+      Fail(root, "expands to more than " + std::to_string(kMaxJsonValues) +
+                     " values (aliases fanning out?)");
+    }
     if (item.node.IsMap()) {
       nlohmann::json object = nlohmann::json::object();
       for (const auto& [key, value] : Mapping(item)) object[key] = Json(value, root, depth + 1);
@@ -418,6 +427,7 @@ class Reader {
 
   std::string file_;
   fs::path dir_;
+  mutable std::size_t json_values_ = 0;  // Json() calls so far
 };
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "core/duration.h"
+#include "core/redact.h"
 
 #include <array>
 #include <cctype>
@@ -31,7 +32,7 @@ std::optional<std::int64_t> ParseDuration(std::string_view text, std::string* er
   if (text.empty()) return Fail(error, "empty duration");
   std::int64_t total = 0;
   std::size_t i = 0;
-  const std::string quoted = "'" + std::string(text) + "'";
+  const std::string quoted = "'" + TruncateUtf8(text, 80) + "'";
   while (i < text.size()) {
     if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
       return Fail(error, "invalid duration " + quoted + ": expected a number at position " +

@@ -7,15 +7,99 @@
 
 namespace akadzed {
 
-std::string RedactSecrets(std::string_view text) {
-  // scheme://user:password@  ->  scheme://user:***@
-  static const std::regex kUrlPassword(R"(([A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^@\s]*@)");
-  // password=secret / password = 'sec ret'  ->  password=***
-  static const std::regex kKeywordPassword(R"((password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]+))",
-                                           std::regex::icase);
-  std::string out = std::regex_replace(std::string(text), kUrlPassword, "$1:***@");
-  out = std::regex_replace(out, kKeywordPassword, "$1***");
+namespace {
+
+bool IsSpace(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+bool IsSchemeChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '+' || c == '.' || c == '-';
+}
+
+// scheme://user:password@  ->  scheme://user:***@ (scheme: a letter, then
+// letters, digits, '+', '.', '-'; user: no ':', '/', '@' or space; password:
+// no '@' or space).
+std::string RedactUrlPasswords(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t copied = 0;
+  for (std::size_t sep = text.find("://"); sep != std::string_view::npos;
+       sep = text.find("://", sep + 3)) {
+    if (sep < copied) continue;
+    bool letter = false;
+    for (std::size_t i = sep; i > 0 && IsSchemeChar(text[i - 1]); --i) {
+      letter = letter || std::isalpha(static_cast<unsigned char>(text[i - 1])) != 0;
+    }
+    if (!letter) continue;
+    std::size_t i = sep + 3;
+    while (i < text.size() && text[i] != ':' && text[i] != '/' && text[i] != '@' && !IsSpace(text[i])) ++i;
+    if (i == text.size() || text[i] != ':') continue;
+    std::size_t pass = i + 1;
+    std::size_t end = pass;
+    while (end < text.size() && text[end] != '@' && !IsSpace(text[end])) ++end;
+    if (end == text.size() || text[end] != '@') continue;
+    out.append(text.substr(copied, pass - copied)).append("***@");
+    copied = end + 1;
+  }
+  out.append(text.substr(copied));
   return out;
+}
+
+// password=secret / password = 'sec ret'  ->  password=***  (any case).
+std::string RedactKeywordPasswords(std::string_view text) {
+  static constexpr std::string_view kKeyword = "password";
+  std::string out;
+  out.reserve(text.size());
+  std::size_t copied = 0;
+  std::size_t at = 0;
+  while (at + kKeyword.size() <= text.size()) {
+    bool is_keyword = true;
+    for (std::size_t k = 0; k < kKeyword.size() && is_keyword; ++k) {
+      is_keyword = std::tolower(static_cast<unsigned char>(text[at + k])) == kKeyword[k];
+    }
+    if (!is_keyword) {
+      ++at;
+      continue;
+    }
+    std::size_t i = at + kKeyword.size();
+    while (i < text.size() && IsSpace(text[i])) ++i;
+    if (i == text.size() || text[i] != '=') {
+      at += kKeyword.size();
+      continue;
+    }
+    ++i;
+    while (i < text.size() && IsSpace(text[i])) ++i;
+    std::size_t value = i;
+    std::size_t end = std::string_view::npos;
+    if (i < text.size() && text[i] == '\'') {  // a quoted value, backslash escapes
+      for (std::size_t j = i + 1; j < text.size(); ++j) {
+        if (text[j] == '\\') {
+          ++j;
+        } else if (text[j] == '\'') {
+          end = j + 1;
+          break;
+        }
+      }
+    }
+    if (end == std::string_view::npos) {  // unquoted (or an unterminated quote)
+      end = value;
+      while (end < text.size() && !IsSpace(text[end])) ++end;
+    }
+    if (end == value) {
+      at = i;
+      continue;
+    }
+    out.append(text.substr(copied, value - copied)).append("***");
+    copied = at = end;
+  }
+  out.append(text.substr(copied));
+  return out;
+}
+
+}  // namespace
+
+std::string RedactSecrets(std::string_view text) {
+  // Scanners, not std::regex: its matcher recurses per character, and log
+  // lines from handlers can be long.
+  return RedactKeywordPasswords(RedactUrlPasswords(text));
 }
 
 namespace {

@@ -433,6 +433,24 @@ TEST_CASE("plugin paths and configs", "[config]") {
   CHECK(ErrorOf(dir,
                 kBase + "  p:\n    plugin:\n      path: x.so\n      config: &self {me: *self}\n") ==
         "F:9: handlers.p.plugin.config: nested more than 64 levels deep");
+  // Aliases fanning out (10^6 values from a few hundred bytes) are refused fast.
+  std::string laughs = "      config:\n        a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char level = 'b'; level <= 'f'; ++level) {
+    std::string prev(1, static_cast<char>(level - 1));
+    laughs += std::string("        ") + level + ": &" + level + " [";
+    for (int i = 0; i < 10; ++i) laughs += (i ? ", *" : "*") + prev;
+    laughs += "]\n";
+  }
+  CHECK(ErrorOf(dir, kBase + "  p:\n    plugin:\n      path: x.so\n" + laughs) ==
+        "F:9: handlers.p.plugin.config: expands to more than 100000 values (aliases fanning out?)");
+  // A very long plain number stays a string instead of recursing in std::regex.
+  const std::string digits(300000, '1');
+  TempDir numbers;
+  const DaemonConfig long_number =
+      ParseConfig(kBase + "  p:\n    plugin: {path: libx.so, config: {n: " + digits + "}}\n",
+                  (numbers.path() / "c.yaml").string());
+  CHECK(std::get<PluginHandlerConfig>(long_number.handlers.at("p").kind).config_json ==
+        "{\"n\":\"" + digits + "\"}");
   TempDir other;
   const DaemonConfig config =
       ParseConfig(kBase + "  p:\n    plugin: {path: libnowhere.so, config:}\n",
