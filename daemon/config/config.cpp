@@ -116,12 +116,13 @@ class Reader {
 
   DaemonConfig Read(const Item& root) const {
     if (!root.node.IsMap()) {
-      Fail(root, "expected a mapping of database, worker, queues, handlers and logging, got " +
+      Fail(root, "expected a mapping of database, worker, queues, handlers, pruning and logging, got " +
                      Describe(root.node));
     }
     DaemonConfig config;
     config.path = file_;
-    const Fields top = Mapping(root, {"database", "worker", "queues", "handlers", "logging"});
+    const Fields top =
+        Mapping(root, {"database", "worker", "queues", "handlers", "pruning", "logging"});
     if (const Item* db = Find(top, "database")) {
       const Fields fields = Mapping(*db, {"url"});
       if (const Item* url = Find(fields, "url")) config.database.url = String(*url);
@@ -136,6 +137,7 @@ class Reader {
       config.handlers[task] = Handler(task, handler);
     }
     if (config.handlers.empty()) Fail(handlers, "at least one handler is required");
+    if (const Item* pruning = Find(top, "pruning")) config.pruning = Pruning(*pruning);
     if (const Item* logging = Find(top, "logging")) config.logging = Logging(*logging);
     return config;
   }
@@ -282,6 +284,18 @@ class Reader {
                FormatDuration(w.heartbeat_interval_us) + "); at least twice it is recommended");
     }
     return w;
+  }
+
+  PruningConfig Pruning(const Item& item) const {
+    PruningConfig p;
+    const Fields fields = Mapping(item, {"enabled", "retention", "interval", "batch_size"});
+    if (const Item* enabled = Find(fields, "enabled")) p.enabled = Bool(*enabled);
+    if (const Item* retention = Find(fields, "retention")) p.retention_us = Duration(*retention, true);
+    if (const Item* interval = Find(fields, "interval")) p.interval_us = Duration(*interval, true);
+    if (const Item* batch = Find(fields, "batch_size")) {
+      p.batch_size = static_cast<int>(Integer(*batch, 1, 100000));
+    }
+    return p;
   }
 
   QueueConfig Queue(const Item& item, const std::vector<QueueConfig>& earlier) const {

@@ -79,6 +79,15 @@ struct HandlerConfig {
   int line = 0;
 };
 
+// Deleting finished jobs (and old periodic runs and start marks). Every
+// daemon prunes; rows another daemon is deleting are skipped.
+struct PruningConfig {
+  bool enabled = true;
+  std::int64_t retention_us = 7LL * 24 * 3600 * 1'000'000;  // finished longer ago: deleted
+  std::int64_t interval_us = 60'000'000;                    // between pruning rounds
+  int batch_size = 1000;                                    // rows per DELETE, 1..100000
+};
+
 enum class LogFormat { kAuto, kText, kJournald };
 
 struct LoggingConfig {
@@ -92,6 +101,7 @@ struct DaemonConfig {
   WorkerConfig worker;
   std::vector<QueueConfig> queues;               // at least one, unique names
   std::map<std::string, HandlerConfig> handlers; // by task name
+  PruningConfig pruning;
   LoggingConfig logging;
 };
 

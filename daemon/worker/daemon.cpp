@@ -19,6 +19,7 @@
 #include "worker/lease_keeper.h"
 #include "worker/logging.h"
 #include "worker/notify_listener.h"
+#include "worker/pruner.h"
 #include "worker/queue_runner.h"
 #include "worker/running_jobs.h"
 
@@ -143,6 +144,11 @@ int Daemon::Run() {
     });
     listener->Start();
   }
+  std::unique_ptr<Pruner> pruner;
+  if (config_.pruning.enabled) {
+    pruner = std::make_unique<Pruner>(conninfo_, config_.pruning);
+    pruner->Start();
+  }
   spdlog::info("started worker={} queues={} handlers={} pid={}", identity.id, queues,
                config_.handlers.size(), identity.pid);
   notifier_.Notify("READY=1\nSTATUS=claiming");
@@ -193,6 +199,7 @@ int Daemon::Run() {
   // Shutdown: stop claiming, drain, then stop and release what is left.
   notifier_.Notify("STOPPING=1\nSTATUS=draining");
   if (listener) listener->Stop();
+  if (pruner) pruner->Stop();
   for (auto& r : runners) r->StopClaiming();
   auto deadline = Clock::now() + std::chrono::microseconds(timings.shutdown_timeout_us);
   auto drained = [&](Clock::time_point until) {

@@ -226,7 +226,7 @@ TEST_CASE("every key is read", "[config]") {
 TEST_CASE("unknown keys are rejected at every level", "[config]") {
   TempDir dir;
   CHECK(ErrorOf(dir, kBase + "metrics: {}\n") ==
-        "F:6: metrics: unknown key (known: database, worker, queues, handlers, logging)");
+        "F:6: metrics: unknown key (known: database, worker, queues, handlers, pruning, logging)");
   CHECK(ErrorOf(dir, "worker:\n  heartbeat_interval: 5s\n  heartbeat_intervall: 5s\n" + kBase) ==
         "F:3: worker.heartbeat_intervall: unknown key (known: heartbeat_interval, heartbeat_ttl, "
         "poll_interval, shutdown_timeout, listen_notify)");
@@ -295,6 +295,26 @@ TEST_CASE("bad durations carry ParseDuration's reason", "[config]") {
   CHECK(ErrorOf(dir, kBase + "  x:\n    shell:\n      command: [x]\n      kill_grace: soon\n") ==
         "F:9: handlers.x.shell.kill_grace: invalid duration 'soon': expected a number at position "
         "1 (examples: 500ms, 30s, 5m, 1h30m)");
+}
+
+TEST_CASE("pruning: defaults, values and errors", "[config]") {
+  TempDir dir;
+  const DaemonConfig defaults = ParseConfig(kBase, (dir.path() / "c.yaml").string());
+  CHECK(defaults.pruning.enabled);
+  CHECK(defaults.pruning.retention_us == 7LL * 24 * 3600 * 1'000'000);
+  CHECK(defaults.pruning.interval_us == 60'000'000);
+  CHECK(defaults.pruning.batch_size == 1000);
+  const DaemonConfig set = ParseConfig(
+      kBase + "pruning: {enabled: false, retention: 2d, interval: 5m, batch_size: 500}\n",
+      (dir.path() / "c.yaml").string());
+  CHECK_FALSE(set.pruning.enabled);
+  CHECK(set.pruning.retention_us == 2LL * 24 * 3600 * 1'000'000);
+  CHECK(set.pruning.interval_us == 300'000'000);
+  CHECK(set.pruning.batch_size == 500);
+  CHECK(ErrorOf(dir, kBase + "pruning:\n  retention: 0s\n") ==
+        "F:7: pruning.retention: must be greater than 0");
+  CHECK(ErrorOf(dir, kBase + "pruning:\n  batch: 5\n") ==
+        "F:7: pruning.batch: unknown key (known: enabled, retention, interval, batch_size)");
 }
 
 TEST_CASE("heartbeat_ttl must exceed heartbeat_interval", "[config]") {
@@ -494,9 +514,9 @@ TEST_CASE("YAML syntax errors, empty files and odd documents", "[config]") {
         "F: the configuration is empty (queues and handlers are required)");
   CHECK(
       ErrorOf(dir, "- a\n- b\n") ==
-      "F:1: expected a mapping of database, worker, queues, handlers and logging, got a sequence");
+      "F:1: expected a mapping of database, worker, queues, handlers, pruning and logging, got a sequence");
   CHECK(ErrorOf(dir, "\n\nhello\n") ==
-        "F:3: expected a mapping of database, worker, queues, handlers and logging, got \"hello\"");
+        "F:3: expected a mapping of database, worker, queues, handlers, pruning and logging, got \"hello\"");
   CHECK(ErrorOf(dir, kBase + "---\nqueues: []\n") == "F:7: expected one YAML document, found more");
 }
 

@@ -1,0 +1,82 @@
+#include "worker/pruner.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/redact.h"
+#include "pg/params.h"
+
+namespace akadzed {
+
+PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batch) {
+  pg::Params params;
+  params.add(retention_us).add(batch);
+  PruneCounts counts;
+  // jobs_finished_at_idx covers exactly these rows, oldest first.
+  counts.jobs = conn.exec(
+      "DELETE FROM akadze.jobs WHERE id IN (SELECT id FROM akadze.jobs"
+      "  WHERE state IN ('succeeded', 'failed', 'cancelled')"
+      "    AND finished_at < now() - $1::bigint * interval '1 microsecond'"
+      "  ORDER BY finished_at LIMIT $2::int FOR UPDATE SKIP LOCKED)",
+      params).affected();
+  counts.periodic_runs = conn.exec(
+      "DELETE FROM akadze.periodic_runs WHERE (name, fire_at) IN (SELECT name, fire_at"
+      "  FROM akadze.periodic_runs WHERE fire_at < now() - $1::bigint * interval '1 microsecond'"
+      "  LIMIT $2::int FOR UPDATE SKIP LOCKED)",
+      params).affected();
+  // A mark counts only within its key's starts_window; keep an hour at least
+  // so that a window added meanwhile still sees recent starts.
+  counts.start_marks = conn.exec(
+      "DELETE FROM akadze.limit_starts WHERE ctid = ANY(ARRAY(SELECT ctid FROM akadze.limit_starts"
+      "  WHERE started_at < now() - greatest((SELECT max(starts_window) FROM akadze.limits),"
+      "                                      interval '1 hour')"
+      "  LIMIT $1::int FOR UPDATE SKIP LOCKED))",
+      pg::Params().add(batch)).affected();
+  return counts;
+}
+
+Pruner::Pruner(std::string conninfo, PruningConfig config)
+    : session_(std::move(conninfo), "akadzed pruner"), config_(config) {}
+
+Pruner::~Pruner() { Stop(); }
+
+void Pruner::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Pruner::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Pruner::Loop() {
+  const auto interval = std::chrono::microseconds(config_.interval_us);
+  for (;;) {
+    PruneCounts total;
+    try {
+      // Batches until every table is below a full batch, or we are stopped.
+      for (bool more = true; more;) {
+        PruneCounts c = session_.Run(
+            [&](pg::Connection& conn) { return PruneBatch(conn, config_.retention_us, config_.batch_size); });
+        total.jobs += c.jobs;
+        total.periodic_runs += c.periodic_runs;
+        total.start_marks += c.start_marks;
+        more = c.jobs == config_.batch_size || c.periodic_runs == config_.batch_size ||
+               c.start_marks == config_.batch_size;
+        std::lock_guard lock(mu_);
+        if (stopping_) more = false;
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("prune_failed | {}", OneLine(e.what()));
+    }
+    if (total.jobs + total.periodic_runs + total.start_marks > 0) {
+      spdlog::info("prune jobs={} periodic_runs={} start_marks={}", total.jobs, total.periodic_runs,
+                   total.start_marks);
+    }
+    std::unique_lock lock(mu_);
+    if (cv_.wait_for(lock, interval, [&] { return stopping_; })) return;
+  }
+}
+
+}  // namespace akadzed

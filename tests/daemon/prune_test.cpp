@@ -1,0 +1,73 @@
+// Pruning (worker/pruner.h) against a real PostgreSQL: what goes, what
+// stays, batches, and the daemon's pruner thread.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include "pg/connection.h"
+#include "support/daemon_process.h"
+#include "support/test_cluster.h"
+#include "worker/pruner.h"
+
+namespace akadzed {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::int64_t Count(pg::Connection& conn, const std::string& sql) { return conn.exec(sql).int64(0, 0); }
+
+TEST_CASE("a prune batch deletes old finished jobs, periodic runs and start marks only",
+          "[prune]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  conn.exec(
+      "INSERT INTO akadze.jobs (task, state, finished_at) SELECT 't', s, now() - age"
+      " FROM unnest(ARRAY['succeeded', 'failed', 'cancelled']) AS s,"
+      "      unnest(ARRAY[interval '10 days', interval '8 days', interval '1 day']) AS age");
+  conn.exec("INSERT INTO akadze.jobs (task, state) VALUES ('t', 'queued'), ('t', 'running')");
+  conn.exec("INSERT INTO akadze.periodic_runs (name, fire_at) VALUES"
+            " ('p', now() - interval '9 days'), ('p', now() - interval '1 hour')");
+  conn.exec("INSERT INTO akadze.limits (key, max_running, max_starts, starts_window)"
+            " VALUES ('k', 1, 5, interval '2 hours')");
+  conn.exec("INSERT INTO akadze.limit_starts (key, started_at) VALUES"
+            " ('k', now() - interval '3 hours'), ('k', now() - interval '3 hours'),"
+            " ('k', now() - interval '90 minutes')");
+  const std::int64_t week = 7LL * 24 * 3600 * 1'000'000;
+
+  PruneCounts first = PruneBatch(conn, week, 4);
+  CHECK(first.jobs == 4);  // six old ones, a batch of four
+  CHECK(first.periodic_runs == 1);
+  CHECK(first.start_marks == 2);
+  PruneCounts second = PruneBatch(conn, week, 4);
+  CHECK(second.jobs == 2);
+  CHECK(second.periodic_runs == 0);
+  CHECK(second.start_marks == 0);
+  CHECK(PruneBatch(conn, week, 4).jobs == 0);
+  // Left: the three finished a day ago, the queued and the running job.
+  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs") == 5);
+  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs WHERE finished_at < now() - interval '2 days'") == 0);
+  CHECK(Count(conn, "SELECT count(*) FROM akadze.periodic_runs") == 1);
+  CHECK(Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 1);
+}
+
+TEST_CASE("the daemon prunes finished jobs past the retention", "[prune][daemon]") {
+  std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  test::TempDir dir;
+  std::string config = dir.Write(
+      "akadzed.yaml",
+      "queues:\n  - {name: default, slots: 1}\nhandlers:\n  t:\n    shell: {command: [\"true\"]}\n"
+      "pruning: {retention: 1h, interval: 100ms, batch_size: 10}\n"
+      "logging: {level: info, format: text}\n");
+  conn.exec("INSERT INTO akadze.jobs (task, state, finished_at)"
+            " SELECT 't', 'succeeded', now() - interval '2 hours' FROM generate_series(1, 25)");
+  conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) VALUES ('t', 'failed', now())");
+  test::DaemonProcess daemon({"run", "--config", config, "--database-url", db}, {},
+                             dir.path() + "/daemon.log");
+  CHECK(test::WaitUntil([&] { return Count(conn, "SELECT count(*) FROM akadze.jobs") == 1; }, 30s));
+  CHECK(daemon.WaitForLog("prune jobs=25 "));
+  daemon.Signal(SIGTERM);
+  CHECK(daemon.Wait() == 0);
+}
+
+}  // namespace
+}  // namespace akadzed
