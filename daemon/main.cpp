@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   akadzed::cli::AddLimitsCommand(app, action);
   akadzed::cli::AddDemoCommand(app, action);
   akadzed::cli::AddLessonCommand(app, action);
+  akadzed::cli::AddAdminCommands(app, action);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {

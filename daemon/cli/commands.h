@@ -30,6 +30,8 @@ void AddDemoCommand(CLI::App& app, Action& action);
 void AddLessonCommand(CLI::App& app, Action& action);
 void AddRunCommand(CLI::App& app, Action& action);
 void AddCheckConfigCommand(CLI::App& app, Action& action);
+// enqueue, jobs, queues, workers, status (cli/admin_commands.cpp).
+void AddAdminCommands(CLI::App& app, Action& action);
 
 // Starts a throwaway PostgreSQL for the quick-start commands (demo, lesson),
 // migrates it and says so on stdout. The cluster is removed when the returned
