@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "claim/claim_transaction.h"
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
 
@@ -219,18 +220,15 @@ JobRow RequeueJob(pg::Connection& conn, std::int64_t id) {
 }
 
 std::vector<QueueRow> ListQueues(pg::Connection& conn) {
-  static const char* kReady =
-      "state = 'queued' AND run_at <= now() AND cancel_requested_at IS NULL"
-      " AND (expires_at IS NULL OR expires_at > now())";
   pg::Result r = conn.exec(
       std::string("WITH c AS (SELECT queue,"
                   " count(*) FILTER (WHERE state = 'queued') AS queued,"
-                  " count(*) FILTER (WHERE ") + kReady + ") AS ready,"
+                  " count(*) FILTER (WHERE ") + kReadyJobSql + ") AS ready,"
                   " count(*) FILTER (WHERE state = 'running') AS running,"
                   " count(*) FILTER (WHERE state = 'succeeded') AS succeeded,"
                   " count(*) FILTER (WHERE state = 'failed') AS failed,"
                   " count(*) FILTER (WHERE state = 'cancelled') AS cancelled,"
-                  " min(run_at) FILTER (WHERE " + kReady + ") AS oldest"
+                  " min(run_at) FILTER (WHERE " + kReadyJobSql + ") AS oldest"
                   " FROM akadze.jobs GROUP BY queue)"
                   " SELECT q.queue, COALESCE(c.queued, 0), COALESCE(c.ready, 0),"
                   " COALESCE(c.running, 0), COALESCE(c.succeeded, 0), COALESCE(c.failed, 0),"

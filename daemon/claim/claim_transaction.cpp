@@ -17,11 +17,6 @@ namespace akadzed {
 
 namespace {
 
-// The ready predicate of SPEC §1 (the queue's pause is checked once per claim).
-constexpr const char* kReady =
-    "state = 'queued' AND run_at <= now() AND cancel_requested_at IS NULL"
-    " AND (expires_at IS NULL OR expires_at > now())";
-
 // A statement under construction: bind() appends a parameter and returns its
 // placeholder, so SQL and parameters cannot drift apart.
 class Statement {
@@ -97,7 +92,7 @@ std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const ReadContext& ctx, co
   const std::string queue = st.bind(ctx.queue);
   const std::string limit = st.bind(read.limit);
   const std::string skip = SkipFilter(st, read.skip_keys, read.skip_null_key);
-  const std::string from = " FROM akadze.jobs WHERE queue = " + queue + " AND " + kReady + skip;
+  const std::string from = " FROM akadze.jobs WHERE queue = " + queue + " AND " + kReadyJobSql + skip;
   if (!read.after) {
     st.sql = "SELECT " + RowColumns(st, ctx) + from + " ORDER BY priority DESC, run_at, id LIMIT " + limit;
   } else {
@@ -168,7 +163,7 @@ std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const R
   const std::string skip = SkipFilter(st, skip_keys, skip_null);
   st.sql = "SELECT s.n, " + RowColumns(st, ctx, "j") + " FROM " + streams +
            " CROSS JOIN LATERAL (SELECT * FROM akadze.jobs WHERE queue = " + queue +
-           " AND priority = s.p AND " + kReady + skip +
+           " AND priority = s.p AND " + kReadyJobSql + skip +
            " AND (run_at, id) > (CASE WHEN s.has_after THEN " + Timestamp("s.r") +
            " ELSE '-infinity'::timestamptz END, s.i)"
            " ORDER BY run_at, id LIMIT s.lim) j ORDER BY s.n, j.run_at, j.id";
@@ -185,7 +180,7 @@ std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const R
 std::vector<ReadyRow> ReadCatchUp(pg::Transaction& tx, const ReadContext& ctx, const CatchUpRead& read) {
   Statement st;
   st.sql = "SELECT " + RowColumns(st, ctx) + " FROM akadze.jobs WHERE queue = " + st.bind(ctx.queue) +
-           " AND " + kReady;
+           " AND " + kReadyJobSql;
   if (read.limit_key) {
     st.sql += " AND limit_key = " + st.bind(*read.limit_key);
   } else {
@@ -453,7 +448,7 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
     ++result.lock_rounds;
     pg::Result got = tx.exec(std::string("SELECT id FROM akadze.jobs WHERE id = ANY($1::int8[])"
                                          " AND queue = $2 AND ") +
-                                 kReady + " FOR UPDATE SKIP LOCKED",
+                                 kReadyJobSql + " FOR UPDATE SKIP LOCKED",
                              pg::Params().add_array(to_lock).add(request.queue));
     holds_lock = true;
     for (int i = 0; i < got.rows(); ++i) locked_rows.insert(got.int64(i, 0));

@@ -28,6 +28,13 @@
 
 namespace akadzed {
 
+// The ready predicate of SPEC §1 over akadze.jobs' own columns (the queue's
+// pause is a separate check): what a claim may take, and what the admin
+// commands count as ready.
+inline constexpr const char* kReadyJobSql =
+    "state = 'queued' AND run_at <= now() AND cancel_requested_at IS NULL"
+    " AND (expires_at IS NULL OR expires_at > now())";
+
 struct ClaimRequest {
   std::string queue = "default";
   int slots = 1;
