@@ -6,12 +6,14 @@
 
 #include <iostream>
 #include <memory>
+#include <vector>
 
 #include "admin/limits_table.h"
 #include "claim/claim_transaction.h"
 #include "cli/commands.h"
 #include "embedded/throwaway_postgres.h"
 #include "pg/transaction.h"
+#include "worker/job_finish.h"
 
 namespace akadzed::cli {
 
@@ -85,13 +87,11 @@ int RunDemo(const DemoOptions& o) {
       std::cout << "interrupted" << std::endl;
       break;
     }
-    // "Run" the jobs: mark them succeeded, fenced by worker and run_count.
-    for (const ClaimedJob& job : r.jobs) {
-      conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now(), worker_id = NULL"
-                " WHERE id = $1 AND state = 'running' AND worker_id = $2::uuid AND run_count = $3",
-                pg::Params().add(job.id).add(worker).add(std::int64_t{job.run_count}));
-      ++done;
-    }
+    // "Run" the jobs: record them succeeded, as the daemon's finisher does.
+    std::vector<FinishRequest> finishes;
+    for (const ClaimedJob& job : r.jobs) finishes.push_back({job.id, job.run_count, JobOutcome{}});
+    done += static_cast<int>(finishes.size());
+    FinishJobs(conn, worker, finishes);
     pg::Result left = conn.exec("SELECT count(*) FROM akadze.jobs WHERE state IN ('queued','running')");
     if (left.int64(0, 0) == 0) break;
   }
