@@ -45,6 +45,18 @@ std::string AppendErrorSql(std::string_view errors, std::string_view error,
       errors, error, message);
 }
 
+std::string NextStateSql(std::string_view kind) {
+  // A job whose cancel was requested is never queued again: the claim skips
+  // such jobs, so it would wait forever; it is cancelled instead.
+  return fmt::format(
+      "CASE {0} WHEN 'success' THEN 'succeeded' WHEN 'cancel' THEN 'cancelled'"
+      " WHEN 'fail' THEN 'failed'"
+      " WHEN 'retry' THEN CASE WHEN j.attempt + 1 >= j.max_attempts THEN 'failed'"
+      "   WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END"
+      " ELSE CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END END",
+      kind);
+}
+
 std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& worker_id,
                                      const std::vector<FinishRequest>& requests) {
   std::vector<FinishResult> results(requests.size());
@@ -65,15 +77,7 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
     messages.push_back(has_error ? std::optional<std::string>(StoredMessage(o.message))
                                  : std::nullopt);
   }
-  // The state a finish leads to, from the outcome and the job's old row.
-  // A job whose cancel was requested is never queued again: the claim skips
-  // such jobs, so it would wait forever; it is cancelled instead.
-  static const std::string kNewState =
-      "CASE f.kind WHEN 'success' THEN 'succeeded' WHEN 'cancel' THEN 'cancelled'"
-      " WHEN 'fail' THEN 'failed'"
-      " WHEN 'retry' THEN CASE WHEN j.attempt + 1 >= j.max_attempts THEN 'failed'"
-      "   WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END"
-      " ELSE CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END END";
+  static const std::string kNewState = NextStateSql("f.kind");
   static const std::string kSql = fmt::format(
       "WITH f AS (SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[],"
       "   $6::text[], $7::text[], $8::text[])"

@@ -46,6 +46,12 @@ struct FinishResult {
 std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& worker_id,
                                      const std::vector<FinishRequest>& requests);
 
+// SQL for the state a finish of outcome `kind` (an SQL expression giving an
+// OutcomeKindName) leads to, from the job's row `j` before the finish:
+// akadze's rules, plus "a job whose cancel was requested is never queued
+// again". Shared by the finish and the rescue (a retry by another name).
+std::string NextStateSql(std::string_view kind);
+
 // SQL that appends {error, message} to the jsonb array `errors` and keeps the
 // last 10 entries; the arguments are SQL expressions. Shared by every
 // statement that records an error.

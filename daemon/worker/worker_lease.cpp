@@ -51,17 +51,15 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       " rescued AS ("
       "  UPDATE akadze.jobs AS j SET"
       "   attempt = j.attempt + 1,"
-      "   state = CASE WHEN j.attempt + 1 >= j.max_attempts THEN 'failed'"
-      "     WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END,"
-      "   errors = {},"
-      "   finished_at = CASE WHEN j.attempt + 1 >= j.max_attempts"
-      "     OR j.cancel_requested_at IS NOT NULL THEN now() END,"
-      "   worker_id = CASE WHEN j.attempt + 1 >= j.max_attempts"
-      "     OR j.cancel_requested_at IS NOT NULL THEN j.worker_id END"
+      "   state = {0},"
+      "   errors = {1},"
+      "   finished_at = CASE WHEN {0} = 'queued' THEN NULL ELSE now() END,"
+      "   worker_id = CASE WHEN {0} = 'queued' THEN NULL ELSE j.worker_id END"
       "  FROM lost WHERE j.id = lost.id AND j.state = 'running'"
       "  RETURNING j.id, COALESCE(lost.worker_id::text, '') AS lost_worker, j.state)"
       " SELECT id, lost_worker, state FROM rescued ORDER BY id",
-      AppendErrorSql("j.errors", "'WorkerLost'",
+      // A rescue is a failed run without a backoff.
+      NextStateSql("'retry'"), AppendErrorSql("j.errors", "'WorkerLost'",
                      "'worker ' || COALESCE(lost.worker_id::text, '(none)')"
                      " || ' stopped heartbeating for ' || ($1::bigint / 1000000) || 's'"));
   pg::Result rows = conn.exec(kSql, pg::Params().add(ttl_us));
