@@ -162,8 +162,7 @@ int Daemon::Run() {
   auto status = [&](const std::string& prefix) {
     std::string text = prefix;
     for (const auto& r : runners) {
-      text += fmt::format(" {}={}/{}", r->name(), r->busy_slots(),
-                          config_.queues[&r - runners.data()].slots);
+      text += fmt::format(" {}={}/{}", r->name(), r->busy_slots(), r->slots());
     }
     return text;
   };

@@ -56,6 +56,7 @@ class QueueRunner {
   void Wake();
 
   const std::string& name() const { return queue_.name; }
+  int slots() const { return queue_.slots; }
   int busy_slots() const;
   std::chrono::steady_clock::time_point last_round() const;
 
