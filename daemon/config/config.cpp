@@ -1,6 +1,8 @@
 #include "config/config.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -116,13 +118,14 @@ class Reader {
 
   DaemonConfig Read(const Item& root) const {
     if (!root.node.IsMap()) {
-      Fail(root, "expected a mapping of database, worker, queues, handlers, pruning and logging, got " +
-                     Describe(root.node));
+      Fail(root, "expected a mapping of database, worker, queues, handlers, periodic, hooks, "
+                 "pruning, logging and metrics, got " + Describe(root.node));
     }
     DaemonConfig config;
     config.path = file_;
     const Fields top =
-        Mapping(root, {"database", "worker", "queues", "handlers", "pruning", "logging"});
+        Mapping(root, {"database", "worker", "queues", "handlers", "periodic", "hooks", "pruning",
+                       "logging", "metrics"});
     if (const Item* db = Find(top, "database")) {
       const Fields fields = Mapping(*db, {"url"});
       if (const Item* url = Find(fields, "url")) config.database.url = String(*url);
@@ -139,6 +142,16 @@ class Reader {
     if (config.handlers.empty()) Fail(handlers, "at least one handler is required");
     if (const Item* pruning = Find(top, "pruning")) config.pruning = Pruning(*pruning);
     if (const Item* logging = Find(top, "logging")) config.logging = Logging(*logging);
+    if (const Item* metrics = Find(top, "metrics")) config.metrics = Metrics(*metrics);
+    if (const Item* periodic = Find(top, "periodic")) {
+      for (const auto& [name, entry] : Mapping(*periodic)) {
+        if (name.empty()) Fail({{}, periodic->where, entry.line}, "entry names must not be empty");
+        config.periodic.push_back(Periodic(name, entry));
+      }
+    }
+    if (const Item* hooks = Find(top, "hooks")) {
+      for (const Item& hook : Sequence(*hooks)) config.hooks.push_back(Hook(hook, config.hooks));
+    }
     return config;
   }
 
@@ -426,17 +439,124 @@ class Reader {
 
   LoggingConfig Logging(const Item& item) const {
     LoggingConfig l;
-    const Fields fields = Mapping(item, {"level", "format"});
+    const Fields fields = Mapping(item, {"level", "format", "file"});
     if (const Item* level = Find(fields, "level")) {
       l.level = OneOf(*level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
     }
     if (const Item* format = Find(fields, "format")) {
-      const std::string f = OneOf(*format, {"auto", "text", "journald"});
-      l.format = f == "text"       ? LogFormat::kText
+      const std::string f = OneOf(*format, {"auto", "logfmt", "json", "journald"});
+      l.format = f == "logfmt"     ? LogFormat::kLogfmt
+                 : f == "json"     ? LogFormat::kJson
                  : f == "journald" ? LogFormat::kJournald
                                    : LogFormat::kAuto;
     }
+    if (const Item* file = Find(fields, "file")) {
+      l.file = String(*file, true);
+      if (!fs::path(l.file).is_absolute()) {
+        Fail(*file, "must be an absolute path (it is reopened on SIGHUP, whatever the cwd)");
+      }
+    }
     return l;
+  }
+
+  MetricsConfig Metrics(const Item& item) const {
+    MetricsConfig m;
+    const Fields fields = Mapping(item, {"enabled", "listen"});
+    if (const Item* enabled = Find(fields, "enabled")) m.enabled = Bool(*enabled);
+    if (const Item* listen = Find(fields, "listen")) {
+      // host:port, [v6]:port
+      const std::string text = String(*listen, true);
+      const std::size_t colon = text.rfind(':');
+      std::string host = colon == std::string::npos ? "" : text.substr(0, colon);
+      if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+      }
+      std::optional<int> port;
+      if (colon != std::string::npos) port = ParseNumber<int>(std::string_view(text).substr(colon + 1));
+      in6_addr v6{};
+      in_addr v4{};
+      const bool ip = inet_pton(AF_INET, host.c_str(), &v4) == 1 ||
+                      inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+      if (!port || *port < 0 || *port > 65535 || !ip) {
+        Fail(*listen, "expected an IP address and a port such as 127.0.0.1:9464 or [::1]:9464 "
+                      "(port 0: any free port), got " + Describe(listen->node));
+      }
+      m.host = host;
+      m.port = *port;
+    }
+    return m;
+  }
+
+  PeriodicConfig Periodic(const std::string& name, const Item& item) const {
+    PeriodicConfig p;
+    p.name = name;
+    p.task = name;
+    p.line = item.line;
+    if (!item.node.IsMap()) Fail(item, "expected a mapping, got " + Describe(item.node));
+    const Fields fields = Mapping(item, {"cron", "every", "task", "queue", "args", "priority",
+                                         "max_attempts", "overlap", "grace"});
+    const Item* cron = Find(fields, "cron");
+    const Item* every = Find(fields, "every");
+    if (cron && every) Fail(item, "expected exactly one of cron or every, got both");
+    if (!cron && !every) Fail(item, "expected one of cron or every");
+    try {
+      p.schedule = cron ? Schedule::Cron(String(*cron, true)) : Schedule::Every(String(*every, true));
+    } catch (const std::invalid_argument& e) {
+      Fail(cron ? *cron : *every, e.what());
+    }
+    if (const Item* task = Find(fields, "task")) p.task = String(*task, true);
+    if (const Item* queue = Find(fields, "queue")) p.queue = String(*queue, true);
+    if (const Item* args = Find(fields, "args")) {
+      if (!args->node.IsMap()) Fail(*args, "expected a mapping (the job's args object), got " +
+                                              Describe(args->node));
+      p.args_json = Json(*args, *args, 1).dump(-1, ' ', false,
+                                               nlohmann::json::error_handler_t::replace);
+    }
+    if (const Item* priority = Find(fields, "priority")) {
+      p.priority = static_cast<int>(Integer(*priority, -32768, 32767));
+    }
+    if (const Item* attempts = Find(fields, "max_attempts")) {
+      p.max_attempts = static_cast<int>(Integer(*attempts, 1, 1000000));
+    }
+    if (const Item* overlap = Find(fields, "overlap")) p.overlap = Bool(*overlap);
+    if (const Item* grace = Find(fields, "grace")) p.grace_us = Duration(*grace, true);
+    return p;
+  }
+
+  HookConfig Hook(const Item& item, const std::vector<HookConfig>& earlier) const {
+    if (!item.node.IsMap()) Fail(item, "expected a mapping, got " + Describe(item.node));
+    HookConfig h;
+    h.line = item.line;
+    const Fields fields = Mapping(item, {"name", "from", "to", "sql", "plugin"});
+    const Item name = Required(item, fields, "name");
+    h.name = String(name, true);
+    for (const HookConfig& other : earlier) {
+      if (other.name == h.name) {
+        Fail(name, "duplicate hook name (first defined on line " + std::to_string(other.line) + ")");
+      }
+    }
+    const std::vector<std::string_view> states(std::begin(kJobStates), std::end(kJobStates));
+    for (const char* key : {"from", "to"}) {
+      const Item* list = Find(fields, key);
+      if (!list) continue;
+      std::vector<std::string>& out = std::string_view(key) == "from" ? h.from : h.to;
+      if (list->node.IsScalar()) {
+        out.push_back(OneOf(*list, states));
+      } else {
+        for (const Item& state : Sequence(*list)) out.push_back(OneOf(state, states));
+        if (out.empty()) Fail(*list, "must not be empty (leave it out to match any state)");
+      }
+    }
+    const Item* sql = Find(fields, "sql");
+    const Item* plugin = Find(fields, "plugin");
+    if (sql && plugin) Fail(item, "expected exactly one of sql or plugin, got both");
+    if (!sql && !plugin) Fail(item, "expected one of sql or plugin");
+    if (sql) {
+      h.sql = String(*sql, true);
+    } else {
+      h.plugin = Plugin(*plugin);
+    }
+    return h;
   }
 
   std::string file_;
@@ -445,6 +565,13 @@ class Reader {
 };
 
 }  // namespace
+
+bool HookConfig::Matches(std::string_view from_state, std::string_view to_state) const {
+  const auto in = [](const std::vector<std::string>& states, std::string_view state) {
+    return states.empty() || std::find(states.begin(), states.end(), state) != states.end();
+  };
+  return in(from, from_state) && in(to, to_state);
+}
 
 DaemonConfig ParseConfig(const std::string& text, const std::string& path) {
   std::vector<YAML::Node> docs;

@@ -13,10 +13,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 #include "claim/claim_planner.h"
+#include "periodic/schedule.h"
 
 namespace akadzed {
 
@@ -88,11 +90,66 @@ struct PruningConfig {
   int batch_size = 1000;                                    // rows per DELETE, 1..100000
 };
 
-enum class LogFormat { kAuto, kText, kJournald };
+// How log lines are written: logfmt (`ts=... level=info event=job_started
+// id=42 ...`), one JSON object per line, or logfmt with the sd-daemon
+// priority prefix and no timestamp for the journal. auto is journald when
+// stderr is the journal, else logfmt.
+enum class LogFormat { kAuto, kLogfmt, kJson, kJournald };
 
 struct LoggingConfig {
   std::string level = "info";                    // trace..critical, off
-  LogFormat format = LogFormat::kAuto;           // auto: journald when under it
+  LogFormat format = LogFormat::kAuto;
+  // Absolute path of a file to append to instead of stderr; "" = stderr.
+  // Reopened on SIGHUP (for logrotate).
+  std::string file;
+};
+
+// The HTTP listener for /metrics, /healthz and /readyz.
+struct MetricsConfig {
+  bool enabled = true;
+  std::string host = "127.0.0.1";                // an IP address; "::" or "0.0.0.0" for all
+  int port = 9464;                               // 0 = any free port (logged)
+};
+
+// One periodic entry: a job of `task` enqueued at every fire instant of
+// `schedule`, by whichever daemon records the fire first in
+// akadze.periodic_runs.
+struct PeriodicConfig {
+  std::string name;                              // key in periodic_runs
+  Schedule schedule = Schedule{EverySchedule(60'000'000)};
+  std::string task;                              // defaults to the name
+  std::string queue = "default";
+  std::string args_json = "{}";                  // `args:` mapping as JSON
+  int priority = 0;                              // -32768..32767
+  int max_attempts = 3;                          // >= 1
+  // false: no new job while the previous one of this entry is queued or
+  // running (unique_key 'periodic:<name>').
+  bool overlap = true;
+  // A fire older than this is skipped, never backfilled (a daemon that was
+  // down for a day does not enqueue a day of jobs).
+  std::int64_t grace_us = 60'000'000;
+  int line = 0;
+};
+
+// The job states a transition goes between.
+inline constexpr const char* kJobStates[] = {"queued", "running", "succeeded", "failed",
+                                             "cancelled"};
+
+// A transition hook: runs in the transaction that moves a job from one of
+// `from` to one of `to` (empty = any); if it fails, the transition is rolled
+// back. Exactly one of `sql` (a statement with the job's fields as $1..$N,
+// docs/configuration.md lists them) or `plugin` (a .so exporting
+// akadzed_hook_v1, docs/plugins.md).
+struct HookConfig {
+  std::string name;
+  std::vector<std::string> from;
+  std::vector<std::string> to;
+  std::string sql;
+  std::optional<PluginHandlerConfig> plugin;     // path and config; timeout unused
+  int line = 0;
+
+  // True if this hook fires for from -> to.
+  bool Matches(std::string_view from_state, std::string_view to_state) const;
 };
 
 struct DaemonConfig {
@@ -103,6 +160,9 @@ struct DaemonConfig {
   std::map<std::string, HandlerConfig> handlers; // by task name
   PruningConfig pruning;
   LoggingConfig logging;
+  MetricsConfig metrics;
+  std::vector<PeriodicConfig> periodic;          // unique names, file order
+  std::vector<HookConfig> hooks;                 // run in file order
 };
 
 // Reads and validates `path`. Throws ConfigError.

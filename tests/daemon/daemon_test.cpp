@@ -42,7 +42,7 @@ struct DaemonFixture {
                      int slots = 4) {
     return dir.Write("akadzed.yaml", worker + "queues:\n  - name: default\n    slots: " +
                                          std::to_string(slots) + "\n    mode: fair\nhandlers:\n" +
-                                         handlers + "logging:\n  level: debug\n  format: text\n");
+                                         handlers + "logging:\n  level: debug\n  format: logfmt\n");
   }
   std::unique_ptr<DaemonProcess> Start(const std::string& config, EnvChanges env = {}) {
     env.emplace("AKADZED_PLUGIN_PATH", std::string(AKADZED_TEST_PLUGIN_DIR) + ":" +
@@ -481,7 +481,7 @@ TEST_CASE("journald format: priority prefixes and no timestamps", "[daemon]") {
   {
     std::ifstream in(config);
     std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    all.replace(all.find("format: text"), 12, "format: journald");
+    all.replace(all.find("format: logfmt"), 14, "format: journald");
     f.dir.Write("akadzed.yaml", all);
   }
   auto daemon = f.Start(config);
