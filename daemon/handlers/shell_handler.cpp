@@ -29,6 +29,7 @@
 
 #include "core/duration.h"
 #include "core/redact.h"
+#include "worker/log_line.h"
 
 extern char** environ;
 
@@ -239,11 +240,12 @@ class OutputLog {
     if (truncated_) return;
     if (max_total_ == 0 || logged_ + cut.size() > max_total_) {
       truncated_ = true;
-      spdlog::warn("output job={} task={} truncated after {} bytes", job_id_, task_, logged_);
+      spdlog::warn("output job={} task={} | truncated after {} bytes", job_id_, LogValue(task_),
+                   logged_);
       return;
     }
     logged_ += cut.size();
-    spdlog::info("output job={} task={} stream={} | {}", job_id_, task_,
+    spdlog::info("output job={} task={} stream={} | {}", job_id_, LogValue(task_),
                  stream == kStdout ? "stdout" : "stderr", cut);
   }
 
@@ -463,7 +465,7 @@ class ShellRun {
       return Decide();
     } catch (const std::exception& e) {
       KillAndReap();
-      spdlog::error("shell job={} task={} handler error: {}", job_.id, task_, e.what());
+      spdlog::error("shell job={} task={} | handler error: {}", job_.id, LogValue(task_), e.what());
       return RetryOutcome(pid_ > 0 ? "HandlerError" : "SpawnFailed", e.what());
     }
   }
@@ -716,21 +718,21 @@ void ShellRun::Supervise() {
         stop_seen = true;
         stopped_ = true;
         if (!term_sent_) {
-          spdlog::info("shell job={} task={} stopping ({}): SIGTERM to process group {}", job_.id,
-                       task_, StopReasonText(stop_.reason()), pid_);
+          spdlog::info("shell job={} task={} | stopping ({}): SIGTERM to process group {}",
+                       job_.id, LogValue(task_), StopReasonText(stop_.reason()), pid_);
         }
         Terminate(now);
       }
       if (timeout_at && now >= *timeout_at && !term_sent_) {
         timed_out_ = true;
-        spdlog::warn("shell job={} task={} timed out after {}: SIGTERM to process group {}",
-                     job_.id, task_, FormatDuration(config_.timeout_us), pid_);
+        spdlog::warn("shell job={} task={} | timed out after {}: SIGTERM to process group {}",
+                     job_.id, LogValue(task_), FormatDuration(config_.timeout_us), pid_);
         Terminate(now);
       }
       if (kill_at_ && now >= *kill_at_) {
         spdlog::warn(
-            "shell job={} task={} still running {} after SIGTERM: SIGKILL to process group {}",
-            job_.id, task_, FormatDuration(config_.kill_grace_us), pid_);
+            "shell job={} task={} | still running {} after SIGTERM: SIGKILL to process group {}",
+            job_.id, LogValue(task_), FormatDuration(config_.kill_grace_us), pid_);
         SignalGroup(SIGKILL);
         kill_at_.reset();
       }

@@ -1,33 +1,89 @@
 #include "worker/logging.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 
-#include <spdlog/pattern_formatter.h>
-#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
+
+#include "worker/log_line.h"
 
 namespace akadzed {
 
 namespace {
 
-// "%*": the syslog priority of the record's level as "<N>".
-class JournalPriorityFlag : public spdlog::custom_flag_formatter {
+// Writes each formatted record with one write(2) to a descriptor: stderr,
+// or a log file this sink owns. Replace swaps the descriptor under the
+// sink's lock.
+class FdSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  void format(const spdlog::details::log_msg& msg, const std::tm&,
-              spdlog::memory_buf_t& dest) override {
-    static constexpr char kPriority[] = {'7', '7', '6', '4', '3', '2', '6'};
-    const char text[] = {'<', kPriority[static_cast<int>(msg.level)], '>'};
-    dest.append(text, text + 3);
+  explicit FdSink(int fd) : fd_(fd) {}
+  ~FdSink() override { CloseOwned(); }
+  FdSink(const FdSink&) = delete;
+  FdSink& operator=(const FdSink&) = delete;
+
+  // From now on writes go to `fd` (stderr, or a file this sink then owns);
+  // the previous file is closed.
+  void Replace(int fd) {
+    std::lock_guard lock(mutex_);
+    CloseOwned();
+    fd_ = fd;
   }
-  std::unique_ptr<custom_flag_formatter> clone() const override {
-    return std::make_unique<JournalPriorityFlag>();
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    const char* data = line.data();
+    std::size_t left = line.size();
+    while (left > 0) {
+      ssize_t n = write(fd_, data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;  // nowhere left to report it
+      data += n;
+      left -= static_cast<std::size_t>(n);
+    }
   }
+  void flush_() override {}
+
+ private:
+  void CloseOwned() {
+    if (fd_ != STDERR_FILENO) close(fd_);
+  }
+
+  int fd_;  // guarded by mutex_
 };
+
+// The descriptor of `path` opened for appending, or -1 with errno set.
+int OpenLogFile(const std::string& path) {
+  return open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+}
+
+struct LogDestination {
+  std::mutex mu;
+  std::shared_ptr<spdlog::logger> logger;  // guarded by mu, as are the rest
+  std::shared_ptr<FdSink> sink;
+  std::string file;                        // "" = stderr
+};
+
+LogDestination& Destination() {
+  static LogDestination destination;
+  return destination;
+}
+
+// The one error line of a failed open; `still` says where lines go instead.
+void LogOpenFailed(const std::string& path, int error, const std::string& still) {
+  spdlog::error("log_open_failed file={} | {}; still logging to {}", LogValue(path),
+                std::strerror(error), still);
+}
 
 }  // namespace
 
@@ -41,25 +97,52 @@ bool StderrIsJournal() {
 }
 
 void ConfigureLogging(const LoggingConfig& config) {
-  // One logger for the process, changed in place on reload: replacing the
+  // One logger and one sink for the process, changed in place: replacing the
   // default logger while other threads log through it is not safe in spdlog,
-  // but a formatter swap takes the sink's lock and the level is atomic.
-  static std::mutex mu;
-  static std::shared_ptr<spdlog::logger> logger;
-  std::lock_guard lock(mu);
-  bool journal = config.format == LogFormat::kJournald ||
-                 (config.format == LogFormat::kAuto && StderrIsJournal());
-  auto formatter = std::make_unique<spdlog::pattern_formatter>(
-      "%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
-  if (journal) formatter->add_flag<JournalPriorityFlag>('*').set_pattern("%*%v");
-  if (!logger) {
-    logger = std::make_shared<spdlog::logger>("akadzed",
-                                              std::make_shared<spdlog::sinks::stderr_sink_mt>());
-    logger->flush_on(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
+  // but a formatter or descriptor swap takes the sink's lock and the level
+  // is atomic.
+  LogDestination& d = Destination();
+  std::lock_guard lock(d.mu);
+  int open_error = 0;
+  if (!d.logger) {
+    int fd = STDERR_FILENO;
+    if (!config.file.empty() && (fd = OpenLogFile(config.file)) < 0) {
+      const int error = errno;
+      throw ConfigError("logging.file: cannot open " + config.file + ": " + std::strerror(error));
+    }
+    d.sink = std::make_shared<FdSink>(fd);
+    d.logger = std::make_shared<spdlog::logger>("akadzed", d.sink);
+    d.file = config.file;
+    spdlog::set_default_logger(d.logger);
+  } else if (config.file != d.file) {
+    int fd = config.file.empty() ? STDERR_FILENO : OpenLogFile(config.file);
+    if (fd < 0) {
+      open_error = errno;
+    } else {
+      d.sink->Replace(fd);
+      d.file = config.file;
+    }
   }
-  logger->set_formatter(std::move(formatter));
-  logger->set_level(spdlog::level::from_str(config.level));
+  LogFormat format = config.format;
+  if (format == LogFormat::kAuto) {
+    format = d.file.empty() && StderrIsJournal() ? LogFormat::kJournald : LogFormat::kLogfmt;
+  }
+  d.logger->set_formatter(std::make_unique<LogLineFormatter>(format));
+  d.logger->set_level(spdlog::level::from_str(config.level));
+  if (open_error != 0) LogOpenFailed(config.file, open_error, d.file.empty() ? "stderr" : d.file);
+}
+
+void ReopenLogFile() {
+  LogDestination& d = Destination();
+  std::lock_guard lock(d.mu);
+  if (!d.logger || d.file.empty()) return;
+  int fd = OpenLogFile(d.file);
+  if (fd < 0) {
+    const int error = errno;
+    LogOpenFailed(d.file, error, "the file opened before (moved or deleted)");
+    return;
+  }
+  d.sink->Replace(fd);
 }
 
 }  // namespace akadzed

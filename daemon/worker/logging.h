@@ -1,14 +1,14 @@
-// The daemon's log: one event per line on stderr through spdlog's default
-// logger. Under journald (stderr is the stream $JOURNAL_STREAM names) lines
-// carry an sd-daemon priority prefix ("<6>") and no timestamp, since the
-// journal adds its own; otherwise "2026-01-31T12:00:00.123Z info ...".
-//
-// Events are "<event> key=value ... [| free text]"; job args and results are
-// never logged.
+// The daemon's log destination: spdlog's default logger writing one event
+// per line (worker/log_line.h: logfmt, JSON or journald) to stderr or,
+// with `logging.file`, appended to a file that SIGHUP reopens (logrotate
+// moves it, then sends SIGHUP). Each line is one write(2); the file is
+// opened O_APPEND|O_CLOEXEC, mode 0640, so handler processes never inherit
+// it. Job args and results are never logged.
 //
 // Thread-safety: ConfigureLogging installs the default logger once and later
-// changes its format and level in place; it may be called while other
-// threads log.
+// changes its destination, format and level in place; it and ReopenLogFile
+// may be called while other threads log (a destination change takes the
+// sink's lock, so no line is split or written to a closed descriptor).
 #pragma once
 
 #include "config/config.h"
@@ -19,6 +19,16 @@ namespace akadzed {
 bool StderrIsJournal();
 
 // Installs (first call) or reconfigures the default logger for `config`.
+// `format: auto` is journald when logging to stderr and stderr is the
+// journal, else logfmt. A file is opened only when `config.file` differs
+// from the current destination. The first call throws ConfigError when the
+// file cannot be opened; later calls keep the current destination and log
+// one `log_open_failed` error line instead.
 void ConfigureLogging(const LoggingConfig& config);
+
+// Reopens the current log file by its path, creating it when it was moved
+// away; nothing when logging to stderr. When the open fails the old file
+// stays in use and one `log_open_failed` error line is logged.
+void ReopenLogFile();
 
 }  // namespace akadzed

@@ -584,8 +584,8 @@ TEST_CASE("output lines are cut, the run's output is capped, partial lines are k
     for (const std::string& line : lines) total += line.size();
     CHECK(total <= 100);
     CHECK(lines.back() != "line 49");
-    CHECK(log.Count("output job=1 task=test truncated after ") == 1);
-    CHECK(log.Has("warning output job=1 task=test truncated after " + std::to_string(total) +
+    CHECK(log.Count("output job=1 task=test | truncated after ") == 1);
+    CHECK(log.Has("warning output job=1 task=test | truncated after " + std::to_string(total) +
                   " bytes"));
     CHECK_FALSE(log.Has("| late"));
   }
@@ -596,7 +596,7 @@ TEST_CASE("output lines are cut, the run's output is capped, partial lines are k
     config.max_output_bytes = 0;
     REQUIRE(RunOnce(config).kind == OutcomeKind::kSuccess);
     CHECK_FALSE(log.Has("stream="));
-    CHECK(log.Count("output job=1 task=test truncated after 0 bytes") == 1);
+    CHECK(log.Count("output job=1 task=test | truncated after 0 bytes") == 1);
   }
 
   SECTION("a partial last line is logged at EOF") {
