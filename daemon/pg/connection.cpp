@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -76,7 +77,11 @@ Result Connection::exec(std::string_view sql) {
 Result Connection::exec(std::string_view sql, const Params& params) {
   std::string text(sql);
   std::vector<const char*> values = params.pointers();
-  return check(PQexecParams(conn_.get(), text.c_str(), params.size(), nullptr, values.data(),
+  if (params.type_oids() != nullptr && params.type_count() != params.size()) {
+    throw std::invalid_argument("pg::Params: " + std::to_string(params.type_count()) +
+                                " types declared for " + std::to_string(params.size()) + " values");
+  }
+  return check(PQexecParams(conn_.get(), text.c_str(), params.size(), params.type_oids(), values.data(),
                             nullptr, nullptr, 0),
                sql, false);
 }

@@ -16,6 +16,11 @@ void AppendArrayElement(std::string& out, std::string_view value) {
 
 }  // namespace
 
+Params& Params::types(std::vector<unsigned int> oids) {
+  oids_ = std::move(oids);
+  return *this;
+}
+
 Params& Params::add(std::string_view value) {
   values_.emplace_back(std::string(value));
   return *this;

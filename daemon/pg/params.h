@@ -34,12 +34,22 @@ class Params {
   Params& add_array(const std::vector<std::int64_t>& values);
   Params& add_array(const std::vector<std::optional<std::int64_t>>& values);
 
+  // Declares the parameters' types by OID (e.g. 20 for int8), for
+  // statements that do not say them, such as operator-written SQL that may
+  // leave some parameters unused. Without it the server infers every type.
+  // Call after the last add(), with one OID per value (0: inferred).
+  Params& types(std::vector<unsigned int> oids);
+
   int size() const { return static_cast<int>(values_.size()); }
   // Pointers for PQexecParams; valid until the next add().
   std::vector<const char*> pointers() const;
+  // The declared types (size() of them), or nullptr when none were declared.
+  const unsigned int* type_oids() const { return oids_.empty() ? nullptr : oids_.data(); }
+  int type_count() const { return static_cast<int>(oids_.size()); }
 
  private:
   std::vector<std::optional<std::string>> values_;
+  std::vector<unsigned int> oids_;
 };
 
 }  // namespace akadzed::pg

@@ -1,5 +1,6 @@
 #include "pg/pg_error.h"
 
+#include <atomic>
 #include <string>
 
 #include "core/redact.h"
@@ -24,6 +25,15 @@ bool IsConnectionSqlState(std::string_view s) {
 
 namespace {
 
+std::atomic<std::shared_ptr<ErrorObserver>> g_observer;
+
+// Reports `error` and throws it.
+template <typename Error>
+[[noreturn]] void Raise(const Error& error) {
+  ReportError(error);
+  throw error;
+}
+
 std::string Message(std::string_view what, std::string_view detail) {
   std::string text(what);
   std::string clean = OneLine(RedactSecrets(detail));
@@ -35,6 +45,14 @@ std::string Message(std::string_view what, std::string_view detail) {
 }
 
 }  // namespace
+
+void SetErrorObserver(std::shared_ptr<ErrorObserver> observer) {
+  g_observer.store(std::move(observer));
+}
+
+void ReportError(const PgError& error) noexcept {
+  if (std::shared_ptr<ErrorObserver> observer = g_observer.load()) observer->OnError(error);
+}
 
 void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
                     bool during_commit) {
@@ -54,17 +72,17 @@ void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
   std::string message = Message(what, detail);
   if (lost) {
     if (during_commit) {
-      throw InDoubtError("commit outcome unknown, " + message, sqlstate);
+      Raise(InDoubtError("commit outcome unknown, " + message, sqlstate));
     }
-    throw ConnectionError(message, sqlstate);
+    Raise(ConnectionError(message, sqlstate));
   }
-  if (IsTransientSqlState(sqlstate)) throw TransientError(message, sqlstate);
-  throw SqlError(message, sqlstate);
+  if (IsTransientSqlState(sqlstate)) Raise(TransientError(message, sqlstate));
+  Raise(SqlError(message, sqlstate));
 }
 
 void ThrowForConnection(PGconn* conn, std::string_view what, std::string_view conninfo) {
   std::string detail = conn != nullptr ? PQerrorMessage(conn) : "out of memory";
-  throw ConnectionError(Message(what, RedactSecrets(detail, conninfo)), "");
+  Raise(ConnectionError(Message(what, RedactSecrets(detail, conninfo)), ""));
 }
 
 }  // namespace akadzed::pg

@@ -20,6 +20,7 @@
 
 #include <libpq-fe.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -69,6 +70,23 @@ class InDoubtError : public ConnectionError {
 bool IsTransientSqlState(std::string_view sqlstate);
 // True for SQLSTATEs that mean the session is gone (class 08, admin shutdown, ...).
 bool IsConnectionSqlState(std::string_view sqlstate);
+
+// Sees every PgError just before ThrowForResult(), ThrowForConnection() or
+// Transaction::commit() throws it, on the throwing thread: the daemon counts
+// database errors by kind there, once each. OnError must be cheap and must
+// not throw.
+class ErrorObserver {
+ public:
+  virtual ~ErrorObserver() = default;
+  virtual void OnError(const PgError& error) noexcept = 0;
+};
+
+// Installs `observer` for the whole process (nullptr: none, the default).
+// A thread raising an error holds its own reference while it reports, so an
+// observer replaced meanwhile is freed only after that report.
+void SetErrorObserver(std::shared_ptr<ErrorObserver> observer);
+// Tells the installed observer, if any, about `error`.
+void ReportError(const PgError& error) noexcept;
 
 // Throws the typed error for a failed result (result may be null: out of memory
 // or connection trouble). `what` names the operation for the message.

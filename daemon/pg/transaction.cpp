@@ -24,7 +24,9 @@ void Transaction::commit() {
   Result result = conn_.check(PQexec(conn_.raw(), "COMMIT"), "COMMIT", /*during_commit=*/true);
   const char* status = PQcmdStatus(result.raw());
   if (status != nullptr && std::strcmp(status, "ROLLBACK") == 0) {
-    throw SqlError("COMMIT failed: the transaction had been aborted and was rolled back", "25P02");
+    SqlError error("COMMIT failed: the transaction had been aborted and was rolled back", "25P02");
+    ReportError(error);
+    throw error;
   }
 }
 

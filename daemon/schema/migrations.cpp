@@ -57,4 +57,16 @@ std::vector<std::string> AppliedMigrations(pg::Connection& conn) {
   return out;
 }
 
+std::string SchemaMismatch(pg::Connection& conn) {
+  std::vector<std::string> applied = AppliedMigrations(conn);
+  std::string have = applied.empty() ? "none" : applied.back();
+  if (have == ExpectedSchemaVersion()) return "";
+  if (!applied.empty() && have > std::string(ExpectedSchemaVersion())) {  // "NNN_..." sort by number
+    return "the database schema is at migration " + have + ", newer than this akadzed knows (" +
+           std::string(ExpectedSchemaVersion()) + "): upgrade akadzed";
+  }
+  return "the database schema is at migration " + have + ", this akadzed needs " +
+         std::string(ExpectedSchemaVersion()) + ": run `akadzed migrate`";
+}
+
 }  // namespace akadzed

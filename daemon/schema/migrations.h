@@ -39,4 +39,11 @@ std::vector<std::string> Migrate(pg::Connection& conn,
 // schema does not exist yet.
 std::vector<std::string> AppliedMigrations(pg::Connection& conn);
 
+// "" when the database's newest applied migration is ExpectedSchemaVersion(),
+// else why not, in one line: "the database schema is at migration X, this
+// akadzed needs Y: run `akadzed migrate`" (X is "none" without a schema).
+// `akadzed run` refuses to start on a mismatch; /readyz answers 503 with it.
+// Throws PgError.
+std::string SchemaMismatch(pg::Connection& conn);
+
 }  // namespace akadzed

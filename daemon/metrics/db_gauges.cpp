@@ -1,0 +1,210 @@
+#include "metrics/db_gauges.h"
+
+#include <map>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "core/redact.h"
+#include "pg/pg_error.h"
+#include "pg/transaction.h"
+#include "schema/migrations.h"
+
+namespace akadzed {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Limit keys with running jobs whose applicable akadze.limits row (own, else
+// '*') exists, busiest first, with the row's running cap and the number of
+// such keys overall. Reads running jobs through jobs_running_limit_key_idx.
+constexpr const char* kLimitKeysSql =
+    "SELECT r.key, r.n,"
+    " CASE WHEN own.key IS NOT NULL THEN own.max_running ELSE star.max_running END,"
+    " count(*) OVER ()"
+    " FROM (SELECT limit_key AS key, count(*) AS n FROM akadze.jobs"
+    "   WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key) r"
+    " LEFT JOIN akadze.limits own ON own.key = r.key"
+    " LEFT JOIN akadze.limits star ON star.key = '*'"
+    " WHERE own.key IS NOT NULL OR star.key IS NOT NULL"
+    " ORDER BY r.n DESC, r.key LIMIT $1";
+
+}  // namespace
+
+DbGauges::DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaugeOptions options)
+    : session_(std::move(conninfo), "akadzed metrics"),
+      queues_(std::move(queues)),
+      options_(options) {}
+
+DbGauges::~DbGauges() { Stop(); }
+
+void DbGauges::Start() {
+  {
+    std::lock_guard lock(mu_);
+    started_ = true;
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void DbGauges::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<const DbGauges::Snapshot> DbGauges::Fresh() {
+  std::unique_lock lock(mu_);
+  if (latest_ && Clock::now() - latest_->started <= options_.max_age) return latest_;
+  if (stopping_ || !started_) return nullptr;
+  // A read in flight counts: it started less than `wait` ago or will be
+  // waited for no longer than that.
+  if (requested_ == completed_) {
+    ++requested_;
+    cv_.notify_all();
+  }
+  const std::uint64_t target = requested_;
+  if (!cv_.wait_for(lock, options_.wait, [&] { return completed_ >= target || stopping_; })) {
+    return nullptr;
+  }
+  return completed_ >= target ? latest_ : nullptr;
+}
+
+void DbGauges::Loop() {
+  bool failing = false;
+  for (;;) {
+    std::uint64_t goal;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || requested_ > completed_; });
+      if (stopping_) return;
+      goal = requested_;
+    }
+    auto snapshot = std::make_shared<Snapshot>(Read());
+    // One line when reads start or stop failing, not one per scrape.
+    const std::string& problem = !snapshot->error.empty() ? snapshot->error : snapshot->schema_problem;
+    if (!problem.empty() && !failing) {
+      spdlog::warn("metrics_database_failed | {}", problem);
+    } else if (problem.empty() && failing) {
+      spdlog::info("metrics_database_ok");
+    }
+    failing = !problem.empty();
+    {
+      std::lock_guard lock(mu_);
+      latest_ = std::move(snapshot);
+      completed_ = goal;
+    }
+    cv_.notify_all();
+  }
+}
+
+DbGauges::Snapshot DbGauges::Read() {
+  Snapshot s;
+  s.started = Clock::now();
+  try {
+    session_.Run([&](pg::Connection& conn) {
+      pg::Transaction tx(conn, "BEGIN READ ONLY");
+      tx.exec(fmt::format("SET LOCAL statement_timeout = {}", options_.statement_timeout.count()));
+      s.schema_problem = SchemaMismatch(conn);
+      if (!s.schema_problem.empty()) return;  // the tables may not be there: read nothing
+      try {
+        s.queues = ListQueues(conn);
+        pg::Result r = tx.exec(kLimitKeysSql,
+                               pg::Params().add(static_cast<std::int64_t>(options_.max_limit_keys)));
+        for (int i = 0; i < r.rows(); ++i) {
+          s.limits.push_back({std::string(r.text(i, 0)), r.int64(i, 1), r.optional_int64(i, 2)});
+          s.limit_keys = r.int64(i, 3);
+        }
+        s.gauges_read = true;
+      } catch (const pg::SqlError& e) {
+        // The database answered, the gauges' statements did not (e.g. the
+        // statement_timeout on a huge akadze.jobs): /readyz is still fine.
+        spdlog::warn("metrics_gauges_failed | {}", OneLine(e.what()));
+      }
+      tx.commit();
+    });
+  } catch (const std::exception& e) {
+    s.error = OneLine(RedactSecrets(e.what(), session_.conninfo()));
+    if (s.error.empty()) s.error = "unknown error";
+  }
+  return s;
+}
+
+void DbGauges::Write(ExpositionWriter& out) {
+  std::shared_ptr<const Snapshot> s = Fresh();
+  const bool up = s && s->error.empty();
+  const bool ready = up && s->schema_problem.empty();
+  out.Gauge("akadzed_database_up",
+            "1 when the database answered this scrape's read (within a few seconds)", up ? 1 : 0);
+  out.Gauge("akadzed_ready",
+            "1 when /readyz answers 200: the database answers with the schema this akadzed needs",
+            ready ? 1 : 0);
+  if (!ready || !s->gauges_read) return;
+
+  // The configured queues first (at 0 without jobs), then the others the
+  // database has, by name, up to max_queues.
+  std::map<std::string, QueueRow> rows;
+  for (const std::string& q : queues_) rows[q].queue = q;
+  for (const QueueRow& row : s->queues) {
+    if (rows.count(row.queue) || rows.size() < options_.max_queues) rows[row.queue] = row;
+  }
+  out.Family("akadzed_jobs", "Jobs in akadze.jobs by queue and state (finished ones until pruned)",
+             "gauge");
+  for (const auto& [name, row] : rows) {
+    const std::pair<const char*, std::int64_t> states[] = {{"queued", row.queued},
+                                                           {"running", row.running},
+                                                           {"succeeded", row.succeeded},
+                                                           {"failed", row.failed},
+                                                           {"cancelled", row.cancelled}};
+    for (const auto& [state, count] : states) {
+      out.Sample("akadzed_jobs", {{"queue", name}, {"state", state}}, static_cast<double>(count));
+    }
+  }
+  out.Family("akadzed_queue_ready_jobs",
+             "Queued jobs whose run_at has come (ready to claim unless the queue is paused)",
+             "gauge");
+  for (const auto& [name, row] : rows) {
+    out.Sample("akadzed_queue_ready_jobs", {{"queue", name}}, static_cast<double>(row.ready));
+  }
+  out.Family("akadzed_queue_lag_seconds",
+             "Age of the oldest ready job (now - run_at), 0 when none is ready", "gauge");
+  for (const auto& [name, row] : rows) {
+    out.Sample("akadzed_queue_lag_seconds", {{"queue", name}}, row.lag_seconds);
+  }
+  out.Family("akadzed_queue_paused", "1 when the queue has a row in akadze.queue_pauses", "gauge");
+  for (const auto& [name, row] : rows) {
+    out.Sample("akadzed_queue_paused", {{"queue", name}}, row.paused ? 1 : 0);
+  }
+  out.Gauge("akadzed_limit_keys_in_use",
+            "Limit keys with running jobs and an applicable akadze.limits row (all of them)",
+            static_cast<double>(s->limit_keys));
+  out.Family("akadzed_limit_running",
+             "Running jobs per limit key in use (the busiest keys, at most 1000)", "gauge");
+  for (const LimitKeyUse& use : s->limits) {
+    out.Sample("akadzed_limit_running", {{"key", use.key}}, static_cast<double>(use.running));
+  }
+  out.Family("akadzed_limit_max_running",
+             "The max_running cap that applies to each limit key in akadzed_limit_running", "gauge");
+  for (const LimitKeyUse& use : s->limits) {
+    if (use.max_running) {
+      out.Sample("akadzed_limit_max_running", {{"key", use.key}},
+                 static_cast<double>(*use.max_running));
+    }
+  }
+}
+
+std::optional<std::string> DbGauges::NotReady() {
+  std::shared_ptr<const Snapshot> s = Fresh();
+  if (!s) {
+    return fmt::format("database: no answer within {}s",
+                       std::chrono::duration<double>(options_.wait).count());
+  }
+  if (!s->error.empty()) return "database: " + s->error;
+  if (!s->schema_problem.empty()) return s->schema_problem;
+  return std::nullopt;
+}
+
+}  // namespace akadzed

@@ -1,0 +1,96 @@
+// The part of /metrics and /readyz that comes from the database: jobs per
+// queue and state, ready jobs, lag and pause per queue, limit keys in use,
+// and whether the database answers with the schema this binary needs.
+//
+// One thread with its own connection (a DbSession, so it reconnects) reads
+// them when a scrape asks and the last read is older than `max_age`: a
+// scrape storm costs the database at most one read per max_age. Each read is
+// a READ ONLY transaction with a statement_timeout. A scrape waits at most
+// `wait` for the read; when the database is slow or gone it gets
+// akadzed_database_up 0 and no database gauges (the in-process metrics are
+// still served), and the error is counted (akadzed_database_errors_total,
+// through the pg layer).
+//
+// Thread-safety: Start/Stop from the owner; Write and NotReady from any
+// thread (they share the latest read under a mutex).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "admin/job_admin.h"
+#include "metrics/exposition_writer.h"
+#include "worker/db_session.h"
+
+namespace akadzed {
+
+struct DbGaugeOptions {
+  std::chrono::milliseconds max_age{1000};            // a read younger than this is reused
+  std::chrono::milliseconds wait{3000};               // a scrape waits this long for a read
+  std::chrono::milliseconds statement_timeout{2000};  // per statement of a read
+  std::size_t max_queues = 1000;                      // queues exported (by name)
+  std::size_t max_limit_keys = 1000;                  // limit keys exported (busiest first)
+};
+
+// A limit key with running jobs and an applicable akadze.limits row.
+struct LimitKeyUse {
+  std::string key;
+  std::int64_t running = 0;
+  std::optional<std::int64_t> max_running;  // the applicable row's cap, if any
+};
+
+class DbGauges {
+ public:
+  // `queues`: the configured queues, exported (at 0) even with no jobs.
+  DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaugeOptions options = {});
+  ~DbGauges();
+  DbGauges(const DbGauges&) = delete;
+  DbGauges& operator=(const DbGauges&) = delete;
+
+  void Start();
+  void Stop();
+
+  // Writes akadzed_database_up and akadzed_ready, and, when a fresh read
+  // succeeded, the database gauges. Refreshes first if needed.
+  void Write(ExpositionWriter& out);
+  // nullopt when the database answers with this binary's schema; else one
+  // line saying why not (passwords redacted). Refreshes first if needed.
+  std::optional<std::string> NotReady();
+
+ private:
+  struct Snapshot {
+    std::chrono::steady_clock::time_point started;  // when the read began
+    std::string error;           // the database did not answer: why
+    std::string schema_problem;  // SchemaMismatch(), when it answered
+    bool gauges_read = false;    // false: the gauges' statements failed
+    std::vector<QueueRow> queues;
+    std::vector<LimitKeyUse> limits;  // at most max_limit_keys, busiest first
+    std::int64_t limit_keys = 0;      // all keys in use, also beyond the cap
+  };
+  // The latest read if it started within max_age (after waiting up to
+  // `wait` for one); nullptr when none came in time.
+  std::shared_ptr<const Snapshot> Fresh();
+  void Loop();
+  Snapshot Read();
+
+  DbSession session_;  // used by the reader thread only
+  const std::vector<std::string> queues_;
+  const DbGaugeOptions options_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<const Snapshot> latest_;  // guarded by mu_
+  std::uint64_t requested_ = 0;             // reads asked for; guarded by mu_
+  std::uint64_t completed_ = 0;             // reads done; guarded by mu_
+  bool started_ = false;                    // guarded by mu_
+  bool stopping_ = false;                   // guarded by mu_
+};
+
+}  // namespace akadzed

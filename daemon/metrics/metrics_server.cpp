@@ -1,0 +1,161 @@
+#include "metrics/metrics_server.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <system_error>
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include "core/redact.h"
+
+namespace akadzed {
+
+// httplib::Server with access to its listening socket, so that a socket bound
+// but never served can be closed (httplib's stop() only acts while serving).
+class BoundHttpServer : public httplib::Server {
+ public:
+  void CloseUnserved() {
+    auto sock = svr_sock_.exchange(INVALID_SOCKET);
+    if (sock != INVALID_SOCKET) close(sock);
+  }
+};
+
+namespace {
+
+constexpr const char* kTextPlain = "text/plain; charset=utf-8";
+constexpr const char* kExposition = "text/plain; version=0.0.4; charset=utf-8";
+
+std::string Address(const std::string& host, int port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+         std::to_string(port);
+}
+
+// Why binding host:port fails, found by trying it the same way httplib does.
+std::string BindFailure(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return gai_strerror(rc);
+  }
+  std::string reason = "the socket could not be bound";
+  int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  if (fd < 0) {
+    reason = std::system_category().message(errno);
+  } else {
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 1) != 0) {
+      reason = std::system_category().message(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return reason;
+}
+
+void Answer(httplib::Response& res, const std::optional<std::string>& problem) {
+  if (problem) {
+    res.status = 503;
+    res.set_content(OneLine(RedactSecrets(*problem)) + "\n", kTextPlain);
+  } else {
+    res.set_content("ok\n", kTextPlain);
+  }
+}
+
+}  // namespace
+
+MetricsServer::MetricsServer() : server_(std::make_unique<BoundHttpServer>()) {
+  // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, with which a
+  // second daemon would share the port instead of failing), and no leak of
+  // the socket into child processes.
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    fcntl(sock, F_SETFD, FD_CLOEXEC);
+  });
+  server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  // Idle keep-alive connections hold a pool thread and delay Stop().
+  server_->set_keep_alive_timeout(2);
+  server_->set_read_timeout(5, 0);
+  server_->set_write_timeout(5, 0);
+}
+
+MetricsServer::~MetricsServer() { Stop(); }
+
+void MetricsServer::Bind(const std::string& host, int port) {
+  int bound = port;
+  bool ok;
+  if (port == 0) {
+    bound = server_->bind_to_any_port(host);
+    ok = bound > 0;
+  } else {
+    ok = server_->bind_to_port(host, port);
+  }
+  if (!ok) {
+    throw std::runtime_error("metrics: cannot listen on " + Address(host, port) + ": " +
+                             BindFailure(host, port) +
+                             " (set metrics.listen, or metrics.enabled: false)");
+  }
+  address_ = Address(host, bound);
+}
+
+void MetricsServer::Serve(Endpoints endpoints) {
+  endpoints_ = std::move(endpoints);
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(endpoints_.metrics(), kExposition);
+  });
+  server_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    Answer(res, endpoints_.unhealthy());
+  });
+  server_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    Answer(res, endpoints_.unready());
+  });
+  server_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (res.status == 404) res.set_content("not found: try /metrics, /healthz or /readyz\n", kTextPlain);
+  });
+  server_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        res.status = 500;
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          what = OneLine(RedactSecrets(e.what()));
+        } catch (...) {
+        }
+        spdlog::error("metrics_request_failed | {}", what);
+        res.set_content(what + "\n", kTextPlain);
+      });
+  serving_ = true;
+  thread_ = std::thread([this] {
+    if (!server_->listen_after_bind()) spdlog::error("metrics_stopped | the listener failed");
+    listen_returned_.store(true);
+  });
+  // httplib's stop() only acts once the accept loop runs: wait for it, so
+  // that a Stop() right after Serve() cannot miss it.
+  while (!server_->is_running() && !listen_returned_.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  spdlog::info("metrics_listening address={}", address_);
+}
+
+void MetricsServer::Stop() {
+  if (serving_) {
+    server_->stop();
+    if (thread_.joinable()) thread_.join();
+    serving_ = false;
+  }
+  server_->CloseUnserved();
+}
+
+}  // namespace akadzed

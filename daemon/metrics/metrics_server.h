@@ -1,0 +1,64 @@
+// The HTTP listener of `akadzed run` (config `metrics:`), built on
+// cpp-httplib with a small thread pool:
+//   GET /metrics  the Prometheus text exposition format 0.0.4
+//   GET /healthz  200 "ok" while the daemon's loops are alive, else 503 and
+//                 one line naming the stalled loop
+//   GET /readyz   200 "ok" while the database answers with the schema this
+//                 binary needs, else 503 and one line saying why
+// Bind() opens the socket first, so that a taken port fails the start with
+// one clear line; Serve() answers on its own threads until Stop(). The
+// socket is bound without SO_REUSEPORT: a second daemon on the same port
+// fails instead of silently sharing it.
+//
+// Thread-safety: Bind, Serve and Stop from the owner only; the endpoint
+// functions are called on the server's threads, concurrently, and must be
+// thread-safe.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace akadzed {
+
+class BoundHttpServer;  // httplib::Server, kept out of this header
+
+class MetricsServer {
+ public:
+  struct Endpoints {
+    std::function<std::string()> metrics;                    // the exposition text
+    std::function<std::optional<std::string>()> unhealthy;   // nullopt: alive
+    std::function<std::optional<std::string>()> unready;     // nullopt: ready
+  };
+
+  MetricsServer();
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // Binds host:port (port 0: any free port). Throws std::runtime_error with
+  // one line: "metrics: cannot listen on 127.0.0.1:9464: Address already in
+  // use (set metrics.listen, or metrics.enabled: false)".
+  void Bind(const std::string& host, int port);
+  // host:port as bound (the real port when 0 was asked; [v6]:port).
+  const std::string& address() const { return address_; }
+  // Starts answering requests (after Bind) and logs
+  // `metrics_listening address=...`.
+  void Serve(Endpoints endpoints);
+  // Stops accepting, finishes the requests in flight and joins the threads;
+  // closes a socket that was bound but never served. Idempotent.
+  void Stop();
+
+ private:
+  std::unique_ptr<BoundHttpServer> server_;
+  Endpoints endpoints_;
+  std::string address_;
+  std::thread thread_;
+  std::atomic<bool> listen_returned_{false};  // set by thread_ when it ends
+  bool serving_ = false;
+};
+
+}  // namespace akadzed
