@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/job_states.h"
 #include "pg/connection.h"
 
 namespace akadzed {
@@ -31,8 +32,6 @@ class AdminError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr const char* kJobStates[] = {"queued", "running", "succeeded", "failed",
-                                             "cancelled"};
 
 struct EnqueueRequest {
   std::string task;

@@ -515,6 +515,11 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   // role's or database's default isolation level is.
   pg::Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED");
   ClaimResult result = ClaimInTransaction(tx, request);
+  if (request.before_commit && !request.dry_run && !result.jobs.empty()) {
+    std::vector<std::int64_t> ids;
+    for (const ClaimedJob& job : result.jobs) ids.push_back(job.id);
+    request.before_commit(conn, ids);
+  }
   if (request.dry_run) {
     tx.rollback();
   } else {

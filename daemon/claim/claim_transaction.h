@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,11 @@ struct ClaimRequest {
   // Priority aging interval (SPEC §2): effective priority = priority +
   // floor((now() - run_at) / interval), at least priority. nullopt: no aging.
   std::optional<std::int64_t> aging_us;
+  // Called by RunClaim inside the claim's transaction with the claimed jobs'
+  // ids, just before the commit (the transition hooks'
+  // queued -> running); whatever it throws rolls the claim back and
+  // propagates. Not called for dry runs or empty claims.
+  std::function<void(pg::Connection&, const std::vector<std::int64_t>&)> before_commit;
 };
 
 struct ClaimedJob {

@@ -97,14 +97,22 @@ class DemoProducer {
   bool stop_ = false;  // guarded by mu_
 };
 
-// Loads the config and builds its handlers, or prints the error and returns
-// nullopt (exit 78).
-std::optional<std::pair<DaemonConfig, HandlerMap>> LoadForRun(const std::string& path) {
+// What `run` starts with: the config, its handlers and transition hooks.
+struct LoadedConfig {
+  DaemonConfig config;
+  HandlerMap handlers;
+  std::unique_ptr<TransitionHooks> hooks;
+};
+
+// Loads the config and builds its handlers and hooks, or prints the error
+// and returns nullopt (exit 78).
+std::optional<LoadedConfig> LoadForRun(const std::string& path) {
   try {
     DaemonConfig config = LoadConfigFile(path);
     ConfigureLogging(config.logging);
     HandlerMap handlers = BuildHandlers(config);
-    return std::make_pair(std::move(config), std::move(handlers));
+    std::unique_ptr<TransitionHooks> hooks = BuildHooks(config);
+    return LoadedConfig{std::move(config), std::move(handlers), std::move(hooks)};
   } catch (const ConfigError& e) {
     PrintError("akadzed run: config error", e.what());
     return std::nullopt;
@@ -122,7 +130,7 @@ int Run(const RunOptions& o) {
   }
   auto loaded = LoadForRun(o.config_path);
   if (!loaded) return kExitConfig;
-  auto& [config, handlers] = *loaded;
+  auto& [config, handlers, hooks] = *loaded;
 
   std::unique_ptr<ThrowawayPostgres> server;
   std::string conninfo;
@@ -138,7 +146,7 @@ int Run(const RunOptions& o) {
   }
   std::unique_ptr<DemoProducer> producer;
   if (o.embedded_demo) producer = std::make_unique<DemoProducer>(conninfo, demo_duration);
-  Daemon daemon(std::move(config), conninfo, std::move(handlers));
+  Daemon daemon(std::move(config), conninfo, std::move(handlers), std::move(hooks));
   int code = daemon.Run();
   producer.reset();
   return code;

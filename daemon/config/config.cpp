@@ -468,9 +468,9 @@ class Reader {
       const std::string text = String(*listen, true);
       const std::size_t colon = text.rfind(':');
       std::string host = colon == std::string::npos ? "" : text.substr(0, colon);
-      if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-        host = host.substr(1, host.size() - 2);
-      }
+      const bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
+      if (bracketed) host = host.substr(1, host.size() - 2);
+      if (!bracketed && host.find(':') != std::string::npos) host.clear();  // v6 needs [ ]
       std::optional<int> port;
       if (colon != std::string::npos) port = ParseNumber<int>(std::string_view(text).substr(colon + 1));
       in6_addr v6{};

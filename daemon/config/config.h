@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "claim/claim_planner.h"
+#include "core/job_states.h"
 #include "periodic/schedule.h"
 
 namespace akadzed {
@@ -130,10 +131,6 @@ struct PeriodicConfig {
   std::int64_t grace_us = 60'000'000;
   int line = 0;
 };
-
-// The job states a transition goes between.
-inline constexpr const char* kJobStates[] = {"queued", "running", "succeeded", "failed",
-                                             "cancelled"};
 
 // A transition hook: runs in the transaction that moves a job from one of
 // `from` to one of `to` (empty = any); if it fails, the transition is rolled

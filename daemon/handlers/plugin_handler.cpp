@@ -23,6 +23,7 @@
 
 #include "core/duration.h"
 #include "core/redact.h"
+#include "worker/log_line.h"
 
 namespace akadzed {
 
@@ -117,7 +118,8 @@ std::string CheckAbi(const akadzed_plugin* api) {
   std::vector<std::string> missing;
   if (api->name == nullptr) missing.emplace_back("name");
   if (api->init == nullptr) missing.emplace_back("init");
-  if (api->handle == nullptr) missing.emplace_back("handle");
+  const bool hooks = AKADZED_HAS_MEMBER(api, akadzed_plugin, on_transition) && api->on_transition;
+  if (api->handle == nullptr && !hooks) missing.emplace_back("handle");
   if (api->shutdown == nullptr) missing.emplace_back("shutdown");
   if (!missing.empty()) return "struct akadzed_plugin has no " + Join(missing);
   return "";
@@ -191,7 +193,7 @@ class RunState {
     level = std::clamp(level, static_cast<int>(AKADZED_LOG_TRACE),
                        static_cast<int>(AKADZED_LOG_CRITICAL));
     auto spd_level = static_cast<spdlog::level::level_enum>(level);
-    spdlog::log(spd_level, "plugin job={} task={} | {}", job_.id, job_.task,
+    spdlog::log(spd_level, "plugin job={} task={} | {}", job_.id, LogValue(job_.task),
                 OneLine(TruncateUtf8(message, kMaxLogBytes)));
   }
 
@@ -299,18 +301,36 @@ static void akadzed_host_log(akadzed_report* report, int level, const char* mess
 
 namespace akadzed {
 
-PluginHandler::PluginHandler(std::string task, const PluginHandlerConfig& config)
-    : task_(std::move(task)), plugin_(OpenPlugin(config.path)), timeout_us_(config.timeout_us) {
+namespace {
+
+// A new instance of `plugin` made by its init(config_json); `what` names its
+// use in the error ("task X", "hook Y"). Throws PluginError.
+void* InitInstance(const LoadedPlugin& plugin, const std::string& config_json,
+                   const std::string& what) {
   char error[1024] = {};
-  int rc = plugin_->api().init(config.config_json.c_str(), &instance_, error, sizeof error);
+  void* instance = nullptr;
+  int rc = plugin.api().init(config_json.c_str(), &instance, error, sizeof error);
   if (rc != 0) {
     error[sizeof error - 1] = '\0';
     std::string text = OneLine(error);
     if (text.empty()) text = "no error text";
-    throw PluginError(fmt::format("plugin {}: init failed for task {} (code {}): {}",
-                                  plugin_->path(), task_, rc, text));
+    throw PluginError(fmt::format("plugin {}: init failed for {} (code {}): {}", plugin.path(),
+                                  what, rc, text));
   }
-  spdlog::debug("plugin task={} loaded {} from {}", task_, plugin_->label(), plugin_->path());
+  spdlog::debug("plugin use={} | loaded {} from {}", LogValue(what), plugin.label(), plugin.path());
+  return instance;
+}
+
+}  // namespace
+
+PluginHandler::PluginHandler(std::string task, const PluginHandlerConfig& config)
+    : task_(std::move(task)), plugin_(OpenPlugin(config.path)), timeout_us_(config.timeout_us) {
+  if (plugin_->api().handle == nullptr) {
+    throw PluginError(fmt::format("plugin {}: has no handle function, so it cannot run jobs of "
+                                  "task {} (a hook-only plugin belongs under hooks:)",
+                                  plugin_->path(), task_));
+  }
+  instance_ = InitInstance(*plugin_, config.config_json, "task " + task_);
 }
 
 PluginHandler::~PluginHandler() { plugin_->api().shutdown(instance_); }
@@ -355,7 +375,45 @@ JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop) {
   }
 }
 
-void VerifyPlugin(const PluginHandlerConfig& config) { OpenPlugin(config.path); }
+void VerifyPlugin(const PluginHandlerConfig& config, PluginUse use) {
+  std::shared_ptr<LoadedPlugin> plugin = OpenPlugin(config.path);
+  const akadzed_plugin& api = plugin->api();
+  if (use == PluginUse::kHandler && api.handle == nullptr) {
+    throw PluginError(fmt::format("plugin {}: has no handle function, so it cannot run jobs "
+                                  "(a hook-only plugin belongs under hooks:)", plugin->path()));
+  }
+  if (use == PluginUse::kHook &&
+      (!AKADZED_HAS_MEMBER(&api, akadzed_plugin, on_transition) || api.on_transition == nullptr)) {
+    throw PluginError(fmt::format("plugin {}: has no on_transition function, so it cannot be a "
+                                  "hook", plugin->path()));
+  }
+}
+
+PluginHook::PluginHook(std::string name, const PluginHandlerConfig& config)
+    : name_(std::move(name)), plugin_(OpenPlugin(config.path)) {
+  const akadzed_plugin& api = plugin_->api();
+  if (!AKADZED_HAS_MEMBER(&api, akadzed_plugin, on_transition) || api.on_transition == nullptr) {
+    throw PluginError(fmt::format("plugin {}: has no on_transition function, so it cannot be a "
+                                  "hook", plugin_->path()));
+  }
+  instance_ = InitInstance(*plugin_, config.config_json, "hook " + name_);
+}
+
+PluginHook::~PluginHook() { plugin_->api().shutdown(instance_); }
+
+std::string PluginHook::OnTransition(const akadzed_transition& transition) const {
+  char error[1024] = {};
+  int rc = 0;
+  try {
+    rc = plugin_->api().on_transition(instance_, &transition, error, sizeof error);
+  } catch (...) {  // the ABI forbids it; contain it anyway
+    return "on_transition let a C++ exception escape";
+  }
+  if (rc == 0) return "";
+  error[sizeof error - 1] = '\0';
+  std::string text = OneLine(error);
+  return text.empty() ? fmt::format("on_transition returned {}", rc) : text;
+}
 
 std::vector<std::string> PluginSearchPath() {
   std::vector<std::string> dirs;

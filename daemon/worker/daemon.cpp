@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -13,12 +14,16 @@
 #include "claim/claim_transaction.h"
 #include "core/duration.h"
 #include "core/redact.h"
+#include "metrics/monitoring.h"
 #include "pg/pg_error.h"
 #include "schema/migrations.h"
 #include "worker/finisher.h"
 #include "worker/lease_keeper.h"
+#include "worker/log_line.h"
+#include "worker/loop_health.h"
 #include "worker/logging.h"
 #include "worker/notify_listener.h"
+#include "periodic/periodic_scheduler.h"
 #include "worker/pruner.h"
 #include "worker/queue_runner.h"
 #include "worker/running_jobs.h"
@@ -56,18 +61,15 @@ std::string Hostname() {
 // Fails with a clear message unless the database has this build's schema.
 void CheckSchema(const std::string& conninfo) {
   pg::Connection conn = pg::Connection::Open(conninfo, "akadzed");
-  std::vector<std::string> applied = AppliedMigrations(conn);
-  std::string have = applied.empty() ? "none" : applied.back();
-  if (have != ExpectedSchemaVersion()) {
-    throw std::runtime_error(fmt::format(
-        "the database schema is at migration {}, this akadzed needs {}: run `akadzed migrate`",
-        have, ExpectedSchemaVersion()));
+  if (std::string problem = SchemaMismatch(conn); !problem.empty()) {
+    throw std::runtime_error(problem);
   }
 }
 
 // Applies SIGHUP: new handlers and logging; database, worker and queue
 // changes need a restart.
 void Reload(const DaemonConfig& running, HandlerRegistry& handlers) {
+  ReopenLogFile();  // whether or not the config loads: logrotate moved the file
   try {
     DaemonConfig fresh = LoadConfigFile(running.path);
     handlers.Replace(BuildHandlers(fresh));
@@ -86,10 +88,21 @@ void Reload(const DaemonConfig& running, HandlerRegistry& handlers) {
                      w.poll_interval_us != v.poll_interval_us ||
                      w.shutdown_timeout_us != v.shutdown_timeout_us ||
                      w.listen_notify != v.listen_notify;
-    spdlog::info("reload config={} handlers={}", running.path, fresh.handlers.size());
+    auto names = [](const auto& entries) {
+      std::vector<std::string> out;
+      for (const auto& e : entries) out.push_back(e.name);
+      return out;
+    };
+    restart_needed = restart_needed || names(fresh.periodic) != names(running.periodic) ||
+                     names(fresh.hooks) != names(running.hooks) ||
+                     fresh.metrics.enabled != running.metrics.enabled ||
+                     fresh.metrics.host != running.metrics.host ||
+                     fresh.metrics.port != running.metrics.port;
+    spdlog::info("reload config={} handlers={}", LogValue(running.path), fresh.handlers.size());
     if (restart_needed) {
-      spdlog::warn("reload config={} | database, worker and queues changes take effect on restart",
-                   running.path);
+      spdlog::warn("reload config={} | database, worker, queues, periodic, hooks and metrics changes take "
+                   "effect on restart",
+                   LogValue(running.path));
     }
   } catch (const std::exception& e) {
     spdlog::error("reload_failed | {}; keeping the running config", OneLine(RedactSecrets(e.what())));
@@ -103,10 +116,12 @@ void BlockDaemonSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-Daemon::Daemon(DaemonConfig config, std::string conninfo, HandlerMap handlers)
+Daemon::Daemon(DaemonConfig config, std::string conninfo, HandlerMap handlers,
+               std::unique_ptr<TransitionHooks> hooks)
     : config_(std::move(config)),
       conninfo_(std::move(conninfo)),
       handlers_(std::move(handlers)),
+      hooks_(hooks ? std::move(hooks) : std::make_unique<TransitionHooks>()),
       notifier_(SystemdNotifier::FromEnvironment()) {}
 
 int Daemon::Run() {
@@ -115,10 +130,14 @@ int Daemon::Run() {
   for (const QueueConfig& q : config_.queues) identity.queues.push_back(q.name);
 
   RunningJobs running;
-  Finisher finisher(conninfo_);
-  LeaseKeeper lease(conninfo_, identity, timings, running);
+  // Metrics and health (metrics/monitoring.h); the finisher and the runners
+  // record into it, so it outlives them.
+  Monitoring monitoring(config_.metrics, conninfo_, identity.queues);
+  Finisher finisher(conninfo_, monitoring.worker_metrics(), hooks_.get());
+  LeaseKeeper lease(conninfo_, identity, timings, running, hooks_.get());
   try {
     CheckSchema(conninfo_);
+    monitoring.Bind();
     lease.Start();
   } catch (const std::exception& e) {
     spdlog::critical("start_failed | {}", OneLine(RedactSecrets(e.what(), conninfo_)));
@@ -126,10 +145,16 @@ int Daemon::Run() {
   }
   finisher.Start();
   std::vector<std::unique_ptr<QueueRunner>> runners;
+  // The listener's probes read the runners: it stops before they go.
+  struct StopMonitoring {
+    Monitoring& monitoring;
+    ~StopMonitoring() { monitoring.Stop(); }
+  } stop_monitoring{monitoring};
   std::string queues;
   for (const QueueConfig& q : config_.queues) {
     runners.push_back(std::make_unique<QueueRunner>(q, timings, conninfo_, handlers_, running,
-                                                    finisher, lease));
+                                                    finisher, lease, monitoring.worker_metrics(),
+                                                    hooks_.get()));
     runners.back()->Start();
     queues += fmt::format("{}{}(slots={},{}{})", queues.empty() ? "" : ",", q.name, q.slots,
                           q.mode == ClaimMode::kFair ? "fair" : "ordered",
@@ -144,12 +169,40 @@ int Daemon::Run() {
     });
     listener->Start();
   }
+  PeriodicScheduler periodic(conninfo_, config_.periodic);
+  periodic.Start();
   std::unique_ptr<Pruner> pruner;
   if (config_.pruning.enabled) {
     pruner = std::make_unique<Pruner>(conninfo_, config_.pruning);
     pruner->Start();
   }
-  spdlog::info("started worker={} queues={} handlers={} pid={}", identity.id, queues,
+  // The loops the systemd watchdog and /healthz watch (worker/loop_health.h).
+  auto loops = [&] {
+    std::vector<LoopRound> rounds{{"lease keeper", lease.last_round(),
+                                   std::chrono::microseconds(timings.heartbeat_interval_us)}};
+    for (const auto& r : runners) {
+      rounds.push_back({"claim loop of queue " + r->name(), r->last_round(),
+                        std::chrono::microseconds(timings.poll_interval_us)});
+    }
+    return rounds;
+  };
+  std::atomic<bool> draining{false};  // claim loops end on purpose: /healthz stays 200
+  const auto health_grace = notifier_.watchdog_interval().value_or(std::chrono::seconds(60));
+  monitoring.Start({
+      .slots =
+          [&] {
+            std::vector<Monitoring::QueueSlots> slots;
+            for (const auto& r : runners) slots.push_back({r->name(), r->slots(), r->busy_slots()});
+            return slots;
+          },
+      .lease_held = [&] { return lease.held(); },
+      .stalled_loop =
+          [&]() -> std::optional<std::string> {
+            if (draining.load()) return std::nullopt;
+            return StalledLoop(loops(), Clock::now(), health_grace);
+          },
+  });
+  spdlog::info("started worker={} queues={} handlers={} pid={}", identity.id, LogValue(queues),
                config_.handlers.size(), identity.pid);
   notifier_.Notify("READY=1\nSTATUS=claiming");
 
@@ -166,17 +219,7 @@ int Daemon::Run() {
     }
     return text;
   };
-  auto progressing = [&] {
-    if (!watchdog) return false;
-    auto now = Clock::now();
-    if (now - lease.last_round() >
-        *watchdog + std::chrono::microseconds(timings.heartbeat_interval_us)) {
-      return false;
-    }
-    return std::all_of(runners.begin(), runners.end(), [&](const auto& r) {
-      return now - r->last_round() <= *watchdog + std::chrono::microseconds(timings.poll_interval_us);
-    });
-  };
+  auto progressing = [&] { return watchdog && !StalledLoop(loops(), Clock::now(), *watchdog); };
   for (;;) {
     int sig = WaitSignal(tick);
     if (sig == SIGHUP) {
@@ -186,8 +229,8 @@ int Daemon::Run() {
       continue;
     }
     if (sig == SIGTERM || sig == SIGINT) {
-      spdlog::info("signal {} | stopping: no new claims, draining for up to {}", strsignal(sig),
-                   FormatDuration(timings.shutdown_timeout_us));
+      spdlog::info("signal name={} | stopping: no new claims, draining for up to {}",
+                   LogValue(sigabbrev_np(sig)), FormatDuration(timings.shutdown_timeout_us));
       break;
     }
     lease.CheckExpiry();
@@ -197,8 +240,10 @@ int Daemon::Run() {
 
   // Shutdown: stop claiming, drain, then stop and release what is left.
   notifier_.Notify("STOPPING=1\nSTATUS=draining");
+  draining = true;
   if (listener) listener->Stop();
   if (pruner) pruner->Stop();
+  periodic.Stop();
   for (auto& r : runners) r->StopClaiming();
   auto deadline = Clock::now() + std::chrono::microseconds(timings.shutdown_timeout_us);
   auto drained = [&](Clock::time_point until) {
@@ -212,7 +257,7 @@ int Daemon::Run() {
     lease.CheckExpiry();
     if (sig == SIGTERM || sig == SIGINT) {
       fast = true;
-      spdlog::warn("signal {} again | stopping running jobs now", strsignal(sig));
+      spdlog::warn("signal name={} | again: stopping running jobs now", LogValue(sigabbrev_np(sig)));
     }
     if (watchdog) notifier_.Notify("WATCHDOG=1");
   }
@@ -242,6 +287,7 @@ int Daemon::Run() {
   }
   for (auto& r : runners) r->Join();
   finisher.Stop(Clock::now() + std::chrono::seconds(10));
+  monitoring.Stop();
   lease.Stop(/*deregister=*/true);
   spdlog::info("stopped worker={}", lease.worker_id());
   return 0;

@@ -17,9 +17,11 @@
 // BlockDaemonSignals() and before any other thread was started.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "config/config.h"
+#include "hooks/transition_hooks.h"
 #include "worker/handler_registry.h"
 #include "worker/systemd_notifier.h"
 
@@ -31,7 +33,10 @@ void BlockDaemonSignals();
 
 class Daemon {
  public:
-  Daemon(DaemonConfig config, std::string conninfo, HandlerMap handlers);
+  // `hooks` may be null (no transition hooks). They are not reloaded by
+  // SIGHUP: the config's `hooks:` take effect on restart.
+  Daemon(DaemonConfig config, std::string conninfo, HandlerMap handlers,
+         std::unique_ptr<TransitionHooks> hooks = nullptr);
 
   // Runs until SIGTERM/SIGINT and the drain are over. Returns the exit code:
   // 0 after a clean shutdown, 1 when the database cannot be used at start
@@ -42,6 +47,7 @@ class Daemon {
   DaemonConfig config_;
   std::string conninfo_;
   HandlerRegistry handlers_;
+  std::unique_ptr<TransitionHooks> hooks_;  // never null
   SystemdNotifier notifier_;
 };
 

@@ -6,6 +6,7 @@
 
 #include "core/redact.h"
 #include "pg/pg_error.h"
+#include "worker/log_line.h"
 
 namespace akadzed {
 
@@ -20,24 +21,25 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
     spdlog::warn(
         "stale_finish job={} run={} task={} queue={} outcome={} | discarded: the job is no longer "
         "running under this worker (rescued or cancelled meanwhile)",
-        job.id, job.run_count, job.task, job.queue, OutcomeKindName(o.kind));
+        job.id, job.run_count, LogValue(job.task), LogValue(job.queue), OutcomeKindName(o.kind));
     return;
   }
   std::string next;
   if (result.state == "queued") next = fmt::format(" run_in={:.1f}s", result.run_in_s);
   std::string error;
   if (!o.error.empty()) {
-    error = fmt::format(" error={} | {}", o.error, TruncateUtf8(OneLine(RedactSecrets(o.message)), 300));
+    error = fmt::format(" error={} | {}", LogValue(o.error), TruncateUtf8(OneLine(RedactSecrets(o.message)), 300));
   }
   auto level = result.state == "failed" ? spdlog::level::warn : spdlog::level::info;
   spdlog::log(level, "finish job={} task={} queue={} outcome={} state={} failed_runs={} duration_ms={:.0f}{}{}",
-              job.id, job.task, job.queue, OutcomeKindName(o.kind), result.state, result.attempt,
+              job.id, LogValue(job.task), LogValue(job.queue), OutcomeKindName(o.kind), result.state, result.attempt,
               item.duration_ms, next, error);
 }
 
 }  // namespace
 
-Finisher::Finisher(std::string conninfo) : session_(std::move(conninfo), "akadzed finisher") {}
+Finisher::Finisher(std::string conninfo, WorkerMetrics& metrics, const TransitionHooks* hooks)
+    : session_(std::move(conninfo), "akadzed finisher"), metrics_(metrics), hooks_(hooks) {}
 
 Finisher::~Finisher() {
   if (thread_.joinable()) Stop(std::chrono::steady_clock::now());
@@ -101,8 +103,12 @@ void Finisher::Loop() {
           "finish_unrecorded count={} | the database stayed unreachable; these jobs stay running "
           "under this worker and are rescued after heartbeat_ttl",
           batch.size() + pending_.size());
-      for (auto& item : batch) item.done();
-      for (auto& item : pending_) item.done();
+      for (auto* items : {&batch, &pending_}) {
+        for (auto& item : *items) {
+          metrics_.JobEnded(item.job.task, "unrecorded", item.duration_ms / 1000);
+          item.done();
+        }
+      }
       batch.clear();
       pending_.clear();
       return;
@@ -113,27 +119,47 @@ void Finisher::Loop() {
 }
 
 std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
-                                                   std::vector<FinishRequest>& requests) {
+                                                   std::vector<FinishRequest>& requests,
+                                                   std::vector<bool>& refused) {
   std::vector<FinishResult> results;
-  for (FinishRequest& request : requests) {
+  refused.assign(requests.size(), false);
+  auto finish = [&](std::size_t k) {
     try {
-      results.push_back(
-          session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, {request}); }).front());
+      results.push_back(session_.Run([&](pg::Connection& c) {
+        return FinishJobs(c, worker_id, {requests[k]}, hooks_);
+      }).front());
+    } catch (const HookError&) {  // logged by the hook runner
+      results.push_back({requests[k].job_id, false, "", 0, 0});
+      refused[k] = true;
+    }
+  };
+  for (std::size_t k = 0; k < requests.size(); ++k) {
+    try {
+      finish(k);
       continue;
     } catch (const pg::ConnectionError&) {
       throw;
     } catch (const pg::TransientError&) {
       throw;
     } catch (const pg::SqlError& e) {
-      request.outcome = RetryOutcome("BadResult", std::string("the database refused the outcome: ") + e.what());
+      requests[k].outcome =
+          RetryOutcome("BadResult", std::string("the database refused the outcome: ") + e.what());
     }
-    results.push_back(
-        session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, {request}); }).front());
+    finish(k);
   }
   return results;
 }
 
 bool Finisher::Write(std::deque<FinishItem>& batch) {
+  // Finishes a transition hook refused wait here, outside the batch, so the
+  // rest goes through; they go back for the next try, after a backoff.
+  std::deque<FinishItem> refused;
+  const bool written = WriteGroups(batch, refused);
+  for (FinishItem& item : refused) batch.push_back(std::move(item));
+  return written && refused.empty();
+}
+
+bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>& refused) {
   // Groups by worker id (a daemon that lost its lease claims under a new one).
   while (!batch.empty()) {
     const std::string worker_id = batch.front().worker_id;
@@ -145,8 +171,10 @@ bool Finisher::Write(std::deque<FinishItem>& batch) {
       members.push_back(i);
     }
     std::vector<FinishResult> results;
+    bool one_by_one = false;
     try {
-      results = session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, requests); });
+      results = session_.Run(
+          [&](pg::Connection& c) { return FinishJobs(c, worker_id, requests, hooks_); });
     } catch (const pg::ConnectionError& e) {
       spdlog::error("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
       return false;
@@ -156,8 +184,15 @@ bool Finisher::Write(std::deque<FinishItem>& batch) {
     } catch (const pg::SqlError&) {
       // One row cannot be stored (a result jsonb rejects, e.g. \u0000):
       // record rows one by one, and a row that still fails as a failed run.
+      one_by_one = true;
+    } catch (const HookError&) {
+      // A transition hook refused one of them: record the others.
+      one_by_one = true;
+    }
+    std::vector<bool> held(requests.size(), false);
+    if (one_by_one) {
       try {
-        results = FinishOneByOne(worker_id, requests);
+        results = FinishOneByOne(worker_id, requests, held);
       } catch (const pg::PgError& again) {
         spdlog::error("finish_failed count={} | {}", requests.size(), OneLine(again.what()));
         return false;
@@ -169,7 +204,14 @@ bool Finisher::Write(std::deque<FinishItem>& batch) {
       ++statements_;
     }
     for (std::size_t k = 0; k < members.size(); ++k) {
+      if (held[k]) {
+        refused.push_back(std::move(batch[members[k]]));
+        continue;
+      }
       LogFinish(batch[members[k]], results[k]);
+      metrics_.JobEnded(batch[members[k]].job.task,
+                        results[k].applied ? OutcomeKindName(batch[members[k]].outcome.kind) : "stale",
+                        batch[members[k]].duration_ms / 1000);
       batch[members[k]].done();
     }
     for (auto it = members.rbegin(); it != members.rend(); ++it) {

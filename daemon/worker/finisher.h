@@ -20,7 +20,9 @@
 #include <thread>
 
 #include "claim/claim_transaction.h"
+#include "hooks/transition_hooks.h"
 #include "worker/db_session.h"
+#include "metrics/worker_metrics.h"
 #include "worker/job_finish.h"
 
 namespace akadzed {
@@ -37,7 +39,11 @@ struct FinishItem {
 
 class Finisher {
  public:
-  explicit Finisher(std::string conninfo);
+  // Job outcomes and durations are counted in `metrics` as finishes are
+  // recorded (or found stale, or given up on). `hooks` (may be null) run in
+  // each finish's transaction; a finish they refuse is retried with backoff
+  // (the job stays running and its slot busy meanwhile).
+  Finisher(std::string conninfo, WorkerMetrics& metrics, const TransitionHooks* hooks = nullptr);
   ~Finisher();
 
   void Start();
@@ -50,14 +56,22 @@ class Finisher {
 
  private:
   void Loop();
-  // Records `batch`; returns false if the database could not be reached.
+  // Records `batch`; returns false if the database could not be reached or
+  // a hook refused some finishes (those stay in `batch`, to be tried again).
   bool Write(std::deque<FinishItem>& batch);
-  // After a batch failed with an SQL error: records `requests` one at a time,
-  // turning a request that still fails into a failed run ("BadResult").
+  // Write's work: records what it can of `batch`, moving refused finishes
+  // to `refused`.
+  bool WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>& refused);
+  // After a batch failed with an SQL error or a hook's refusal: records
+  // `requests` one at a time, turning a request that still fails into a
+  // failed run ("BadResult"); sets refused[k] for those a hook refused.
   std::vector<FinishResult> FinishOneByOne(const std::string& worker_id,
-                                           std::vector<FinishRequest>& requests);
+                                           std::vector<FinishRequest>& requests,
+                                           std::vector<bool>& refused);
 
   DbSession session_;
+  WorkerMetrics& metrics_;
+  const TransitionHooks* hooks_;  // may be null
   std::thread thread_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

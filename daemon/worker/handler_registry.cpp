@@ -38,6 +38,26 @@ void VerifyHandlers(const DaemonConfig& config) {
   ForEachHandler(config, [&](const std::string&, const HandlerConfig& handler) {
     if (const auto* plugin = std::get_if<PluginHandlerConfig>(&handler.kind)) VerifyPlugin(*plugin);
   });
+  for (std::size_t i = 0; i < config.hooks.size(); ++i) {
+    if (!config.hooks[i].plugin) continue;
+    try {
+      VerifyPlugin(*config.hooks[i].plugin, PluginUse::kHook);
+    } catch (const PluginError& e) {
+      throw ConfigError(fmt::format("{}:{}: hooks[{}]: {}", config.path, config.hooks[i].line, i, e.what()));
+    }
+  }
+}
+
+std::unique_ptr<TransitionHooks> BuildHooks(const DaemonConfig& config) {
+  auto hooks = std::make_unique<TransitionHooks>();
+  for (std::size_t i = 0; i < config.hooks.size(); ++i) {
+    try {
+      hooks->Add(config.hooks[i]);
+    } catch (const PluginError& e) {
+      throw ConfigError(fmt::format("{}:{}: hooks[{}]: {}", config.path, config.hooks[i].line, i, e.what()));
+    }
+  }
+  return hooks;
 }
 
 std::shared_ptr<JobHandler> HandlerRegistry::Find(const std::string& task) const {

@@ -12,6 +12,7 @@
 
 #include "config/config.h"
 #include "handlers/job_handler.h"
+#include "hooks/transition_hooks.h"
 
 namespace akadzed {
 
@@ -22,9 +23,13 @@ using HandlerMap = std::map<std::string, std::shared_ptr<JobHandler>>;
 // be built, e.g. a plugin with the wrong ABI.
 HandlerMap BuildHandlers(const DaemonConfig& config);
 
-// Checks what BuildHandlers would, without initialising plugins (for
-// check-config). Throws ConfigError.
+// Checks what BuildHandlers and BuildHooks would, without initialising
+// plugins (for check-config). Throws ConfigError.
 void VerifyHandlers(const DaemonConfig& config);
+
+// Builds the transition hooks of `hooks:` (plugin hooks are opened and
+// initialised). Throws ConfigError ("<file>:<line>: hooks: ...").
+std::unique_ptr<TransitionHooks> BuildHooks(const DaemonConfig& config);
 
 class HandlerRegistry {
  public:

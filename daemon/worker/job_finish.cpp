@@ -1,12 +1,14 @@
 #include "worker/job_finish.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "core/redact.h"
 #include "pg/params.h"
+#include "pg/transaction.h"
 
 namespace akadzed {
 
@@ -58,7 +60,8 @@ std::string NextStateSql(std::string_view kind) {
 }
 
 std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& worker_id,
-                                     const std::vector<FinishRequest>& requests) {
+                                     const std::vector<FinishRequest>& requests,
+                                     const TransitionHooks* hooks) {
   std::vector<FinishResult> results(requests.size());
   if (requests.empty()) return results;
   std::vector<std::int64_t> ids, run_counts;
@@ -105,7 +108,17 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   pg::Params params;
   params.add(worker_id).add_array(ids).add_array(run_counts).add_array(kinds);
   params.add_array(delays).add_array(outputs).add_array(errors).add_array(messages);
+  // With hooks the update and the hooks share a transaction; without, the
+  // one statement is its own.
+  std::optional<pg::Transaction> tx;
+  if (hooks && hooks->AnyFrom("running")) tx.emplace(conn);
   pg::Result rows = conn.exec(kSql, params);
+  if (tx) {
+    std::vector<std::int64_t> applied;
+    for (int i = 0; i < rows.rows(); ++i) applied.push_back(rows.int64(i, 0));
+    hooks->Fire(conn, "running", applied);
+    tx->commit();
+  }
   std::unordered_map<std::int64_t, int> row_of;
   for (int i = 0; i < rows.rows(); ++i) row_of[rows.int64(i, 0)] = i;
   for (std::size_t k = 0; k < requests.size(); ++k) {

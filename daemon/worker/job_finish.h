@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "handlers/job_outcome.h"
+#include "hooks/transition_hooks.h"
 #include "pg/connection.h"
 
 namespace akadzed {
@@ -43,8 +44,13 @@ struct FinishResult {
 // 10 entries. Results are in request order. Throws pg::PgError; a SqlError
 // for a batch means one of its rows is unstorable (e.g. a result jsonb
 // rejects): callers retry rows one by one.
+//
+// With `hooks` that fire from `running`, the statement and the hooks run in
+// one transaction: a HookError rolls every request back (callers retry rows
+// one by one to find the refused one, which stays running).
 std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& worker_id,
-                                     const std::vector<FinishRequest>& requests);
+                                     const std::vector<FinishRequest>& requests,
+                                     const TransitionHooks* hooks = nullptr);
 
 // SQL for the state a finish of outcome `kind` (an SQL expression giving an
 // OutcomeKindName) leads to, from the job's row `j` before the finish:

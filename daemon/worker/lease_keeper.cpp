@@ -8,15 +8,17 @@
 #include "core/duration.h"
 #include "core/redact.h"
 #include "pg/pg_error.h"
+#include "worker/log_line.h"
 
 namespace akadzed {
 
 using Clock = std::chrono::steady_clock;
 
 LeaseKeeper::LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
-                         RunningJobs& running)
+                         RunningJobs& running, const TransitionHooks* hooks)
     : session_(std::move(conninfo), "akadzed lease"),
       timings_(timings),
+      hooks_(hooks),
       running_(running),
       identity_(std::move(identity)) {}
 
@@ -31,7 +33,8 @@ void LeaseKeeper::Start() {
     std::lock_guard lock(mu_);
     last_heartbeat_ = last_round_ = Clock::now();
   }
-  spdlog::info("registered worker={} host={} pid={}", identity.id, identity.hostname, identity.pid);
+  spdlog::info("registered worker={} host={} pid={}", identity.id, LogValue(identity.hostname),
+               identity.pid);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -108,7 +111,7 @@ void LeaseKeeper::Round() {
     identity.id = RandomUuid();
     session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
     spdlog::warn("registered worker={} host={} pid={} | new id after a lost lease", identity.id,
-                 identity.hostname, identity.pid);
+                 LogValue(identity.hostname), identity.pid);
   } else if (!session_.Run([&](pg::Connection& c) { return Heartbeat(c, identity.id); })) {
     session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
     spdlog::warn("registered worker={} | the worker row had vanished", identity.id);
@@ -144,10 +147,10 @@ void LeaseKeeper::Round() {
   }
 
   auto rescued = session_.Run(
-      [&](pg::Connection& c) { return RescueLostJobs(c, timings_.heartbeat_ttl_us); });
+      [&](pg::Connection& c) { return RescueLostJobs(c, timings_.heartbeat_ttl_us, hooks_); });
   for (const RescuedJob& job : rescued) {
     spdlog::warn("rescue job={} lost_worker={} state={}", job.id,
-                 job.worker_id.empty() ? "none" : job.worker_id, job.state);
+                 LogValue(job.worker_id.empty() ? "none" : job.worker_id), job.state);
   }
 }
 

@@ -33,8 +33,9 @@ namespace akadzed {
 
 class LeaseKeeper {
  public:
+  // `hooks` (may be null) run in each rescue's transaction.
   LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
-              RunningJobs& running);
+              RunningJobs& running, const TransitionHooks* hooks = nullptr);
   ~LeaseKeeper();
 
   // Registers the worker (throws pg::PgError when it cannot) and starts the thread.
@@ -58,6 +59,7 @@ class LeaseKeeper {
 
   DbSession session_;
   WorkerConfig timings_;
+  const TransitionHooks* hooks_;  // may be null
   RunningJobs& running_;
   std::atomic<bool> held_{true};
   std::thread thread_;

@@ -6,6 +6,7 @@
 
 #include "core/redact.h"
 #include "pg/pg_error.h"
+#include "worker/log_line.h"
 
 namespace akadzed {
 
@@ -13,7 +14,8 @@ using Clock = std::chrono::steady_clock;
 
 QueueRunner::QueueRunner(QueueConfig queue, const WorkerConfig& timings, const std::string& conninfo,
                          HandlerRegistry& handlers, RunningJobs& running, Finisher& finisher,
-                         LeaseKeeper& lease)
+                         LeaseKeeper& lease, WorkerMetrics& metrics,
+                         const TransitionHooks* hooks)
     : queue_(std::move(queue)),
       timings_(timings),
       session_(conninfo, "akadzed claim " + queue_.name),
@@ -21,6 +23,8 @@ QueueRunner::QueueRunner(QueueConfig queue, const WorkerConfig& timings, const s
       running_(running),
       finisher_(finisher),
       lease_(lease),
+      metrics_(metrics),
+      hooks_(hooks),
       last_round_(Clock::now()) {}
 
 QueueRunner::~QueueRunner() {
@@ -102,12 +106,18 @@ void QueueRunner::ClaimLoop() {
       request.mode = queue_.mode;
       request.aging_us = queue_.aging_us;
       request.worker_id = lease_.worker_id();
+      if (hooks_ && hooks_->AnyFrom("queued")) {
+        request.before_commit = [this](pg::Connection& c, const std::vector<std::int64_t>& ids) {
+          hooks_->Fire(c, "queued", ids);
+        };
+      }
       try {
         ClaimResult result = session_.Run([&](pg::Connection& c) { return RunClaim(c, request); });
         error_delay = poll;
+        metrics_.Claimed(queue_.name, result);
         full = static_cast<int>(result.jobs.size()) == free_slots;
         if (!result.jobs.empty()) {
-          spdlog::info("claim queue={} jobs={} free_slots={} ms={:.1f}", queue_.name,
+          spdlog::info("claim queue={} jobs={} free_slots={} ms={:.1f}", LogValue(queue_.name),
                        result.jobs.size(), free_slots, result.elapsed_ms);
           std::lock_guard lock(mu_);
           busy_ += static_cast<int>(result.jobs.size());
@@ -116,7 +126,7 @@ void QueueRunner::ClaimLoop() {
         work_cv_.notify_all();
       } catch (const std::exception& e) {
         // Database errors, and anything else a claim may throw: log, back off.
-        spdlog::error("claim_failed queue={} | {}", queue_.name, OneLine(e.what()));
+        spdlog::error("claim_failed queue={} | {}", LogValue(queue_.name), OneLine(e.what()));
         delay = error_delay;
         error_delay = std::min<std::chrono::microseconds>(error_delay * 2, std::chrono::seconds(30));
       }
@@ -149,14 +159,15 @@ void QueueRunner::Execute(Claimed claimed) {
   if (!lease_.held() || claimed.worker_id != lease_.worker_id()) {
     // Claimed under a lease lost since: the job is being rescued.
     spdlog::warn("drop job={} task={} queue={} | lease lost before it started: not run", job.id,
-                 job.task, job.queue);
+                 LogValue(job.task), LogValue(job.queue));
+    metrics_.JobEnded(job.task, "lost", std::nullopt);
     FreeSlot();
     return;
   }
   std::shared_ptr<JobHandler> handler = handlers_.Find(job.task);
   auto started = Clock::now();
-  spdlog::info("start job={} task={} queue={} attempt={}/{} run={} handler={}", job.id, job.task,
-               job.queue, job.attempt + 1, job.max_attempts, job.run_count,
+  spdlog::info("start job={} task={} queue={} attempt={}/{} run={} handler={}", job.id,
+               LogValue(job.task), LogValue(job.queue), job.attempt + 1, job.max_attempts, job.run_count,
                handler ? handler->kind() : "none");
   JobOutcome outcome;
   StopReason stopped = StopReason::kNone;
@@ -194,7 +205,8 @@ void QueueRunner::Execute(Claimed claimed) {
       break;
     case StopReason::kLeaseLost:
       spdlog::warn("drop job={} task={} queue={} duration_ms={:.0f} | lease lost: no finish recorded",
-                   job.id, job.task, job.queue, ms);
+                   job.id, LogValue(job.task), LogValue(job.queue), ms);
+      metrics_.JobEnded(job.task, "lost", ms / 1000);
       FreeSlot();
       return;
   }

@@ -27,6 +27,7 @@
 
 #include "claim/claim_transaction.h"
 #include "config/config.h"
+#include "metrics/worker_metrics.h"
 #include "worker/db_session.h"
 #include "worker/finisher.h"
 #include "worker/handler_registry.h"
@@ -39,7 +40,8 @@ class QueueRunner {
  public:
   QueueRunner(QueueConfig queue, const WorkerConfig& timings, const std::string& conninfo,
               HandlerRegistry& handlers, RunningJobs& running, Finisher& finisher,
-              LeaseKeeper& lease);
+              LeaseKeeper& lease, WorkerMetrics& metrics,
+              const TransitionHooks* hooks = nullptr);  // run in each claim's transaction
   ~QueueRunner();
 
   void Start();
@@ -77,6 +79,8 @@ class QueueRunner {
   RunningJobs& running_;
   Finisher& finisher_;
   LeaseKeeper& lease_;
+  WorkerMetrics& metrics_;
+  const TransitionHooks* hooks_;  // may be null
 
   std::thread claimer_;
   std::vector<std::thread> executors_;

@@ -1,8 +1,11 @@
 #include "worker/worker_lease.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "pg/params.h"
+#include "pg/transaction.h"
 #include "worker/job_finish.h"
 
 namespace akadzed {
@@ -38,12 +41,13 @@ std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& 
   return jobs;
 }
 
-std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us) {
+std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us,
+                                       const TransitionHooks* hooks) {
   // RETURNING sees new values only: the lost worker comes from the CTE.
   static const std::string kSql = fmt::format(
       "WITH lost AS ("
       "  SELECT j.id, j.worker_id FROM akadze.jobs j LEFT JOIN akadze.workers w ON w.id = j.worker_id"
-      "  WHERE j.state = 'running'"
+      "  WHERE j.state = 'running' AND j.id <> ALL($2::int8[])"
       "    AND (w.id IS NOT NULL AND w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
       "      OR w.id IS NULL AND COALESCE(j.started_at, '-infinity')"
       "         < now() - $1::bigint * interval '1 microsecond')"
@@ -62,7 +66,28 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       NextStateSql("'retry'"), AppendErrorSql("j.errors", "'WorkerLost'",
                      "'worker ' || COALESCE(lost.worker_id::text, '(none)')"
                      " || ' stopped heartbeating for ' || ($1::bigint / 1000000) || 's'"));
-  pg::Result rows = conn.exec(kSql, pg::Params().add(ttl_us));
+  // With hooks, the rescue and its hooks share a transaction; a job a hook
+  // refuses stays running (its hook_failed is logged) and the others are
+  // rescued without it.
+  const bool hooked = hooks && hooks->AnyFrom("running");
+  std::vector<std::int64_t> refused;
+  pg::Result rows;
+  for (;;) {
+    std::optional<pg::Transaction> tx;
+    if (hooked) tx.emplace(conn);
+    rows = conn.exec(kSql, pg::Params().add(ttl_us).add_array(refused));
+    if (!tx) break;
+    std::vector<std::int64_t> ids;
+    for (int i = 0; i < rows.rows(); ++i) ids.push_back(rows.int64(i, 0));
+    try {
+      hooks->Fire(conn, "running", ids);
+      tx->commit();
+      break;
+    } catch (const HookError& e) {
+      tx->rollback();
+      refused.push_back(e.job_id());
+    }
+  }
   std::vector<RescuedJob> rescued;
   for (int i = 0; i < rows.rows(); ++i) {
     rescued.push_back({rows.int64(i, 0), std::string(rows.text(i, 1)), std::string(rows.text(i, 2))});

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hooks/transition_hooks.h"
 #include "pg/connection.h"
 
 namespace akadzed {
@@ -51,6 +52,9 @@ struct RescuedJob {
 // was requested: such a job is never claimed again). Rows another
 // transaction holds are left for the next round. Then deletes rows of dead
 // workers that own no running job. Returns the rescued jobs.
-std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us);
+// With `hooks`, each rescue runs them in its transaction; a job one refuses
+// stays running (retried next round) and the rest are rescued.
+std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us,
+                                       const TransitionHooks* hooks = nullptr);
 
 }  // namespace akadzed

@@ -42,7 +42,9 @@ struct DaemonFixture {
                      int slots = 4) {
     return dir.Write("akadzed.yaml", worker + "queues:\n  - name: default\n    slots: " +
                                          std::to_string(slots) + "\n    mode: fair\nhandlers:\n" +
-                                         handlers + "logging:\n  level: debug\n  format: logfmt\n");
+                                         handlers + "logging:\n  level: debug\n  format: logfmt\n"
+                                         // Any free port: tests run side by side.
+                                         "metrics: {listen: 127.0.0.1:0}\n");
   }
   std::unique_ptr<DaemonProcess> Start(const std::string& config, EnvChanges env = {}) {
     env.emplace("AKADZED_PLUGIN_PATH", std::string(AKADZED_TEST_PLUGIN_DIR) + ":" +
@@ -496,7 +498,8 @@ TEST_CASE("journald format: priority prefixes and no timestamps", "[daemon]") {
     CHECK(line[0] == '<');
     CHECK(line[2] == '>');
   }
-  CHECK(daemon->Log().find("<6>output job=" + std::to_string(id)) != std::string::npos);
+  CHECK(daemon->Log().find("<6>level=info event=output job=" + std::to_string(id)) !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ TEST_CASE("the daemon prunes finished jobs past the retention", "[prune][daemon]
       "akadzed.yaml",
       "queues:\n  - {name: default, slots: 1}\nhandlers:\n  t:\n    shell: {command: [\"true\"]}\n"
       "pruning: {retention: 1h, interval: 100ms, batch_size: 10}\n"
+      "metrics: {listen: 127.0.0.1:0}\n"
       "logging: {level: info, format: logfmt}\n");
   conn.exec("INSERT INTO akadze.jobs (task, state, finished_at)"
             " SELECT 't', 'succeeded', now() - interval '2 hours' FROM generate_series(1, 25)");

@@ -225,8 +225,9 @@ TEST_CASE("every key is read", "[config]") {
 
 TEST_CASE("unknown keys are rejected at every level", "[config]") {
   TempDir dir;
-  CHECK(ErrorOf(dir, kBase + "metrics: {}\n") ==
-        "F:6: metrics: unknown key (known: database, worker, queues, handlers, pruning, logging)");
+  CHECK(ErrorOf(dir, kBase + "metric: {}\n") ==
+        "F:6: metric: unknown key (known: database, worker, queues, handlers, periodic, hooks, "
+        "pruning, logging, metrics)");
   CHECK(ErrorOf(dir, "worker:\n  heartbeat_interval: 5s\n  heartbeat_intervall: 5s\n" + kBase) ==
         "F:3: worker.heartbeat_intervall: unknown key (known: heartbeat_interval, heartbeat_ttl, "
         "poll_interval, shutdown_timeout, listen_notify)");
@@ -242,7 +243,7 @@ TEST_CASE("unknown keys are rejected at every level", "[config]") {
   CHECK(ErrorOf(dir, kBase + "  p:\n    plugin: {path: x.so, args: {}}\n") ==
         "F:7: handlers.p.plugin.args: unknown key (known: path, config, timeout)");
   CHECK(ErrorOf(dir, kBase + "logging:\n  level: info\n  colour: true\n") ==
-        "F:8: logging.colour: unknown key (known: level, format)");
+        "F:8: logging.colour: unknown key (known: level, format, file)");
 }
 
 TEST_CASE("duplicate keys are rejected", "[config]") {
@@ -485,8 +486,10 @@ TEST_CASE("logging values are checked", "[config]") {
   CHECK(ErrorOf(dir, kBase + "logging:\n  level: verbose\n") ==
         "F:7: logging.level: expected one of trace, debug, info, warn, error, critical, off, got "
         "\"verbose\"");
-  CHECK(ErrorOf(dir, kBase + "logging: {format: json}\n") ==
-        "F:6: logging.format: expected one of auto, text, journald, got \"json\"");
+  CHECK(ErrorOf(dir, kBase + "logging: {format: text}\n") ==
+        "F:6: logging.format: expected one of auto, logfmt, json, journald, got \"text\"");
+  CHECK(ErrorOf(dir, kBase + "logging: {file: logs/akadzed.log}\n") ==
+        "F:6: logging.file: must be an absolute path (it is reopened on SIGHUP, whatever the cwd)");
 }
 
 TEST_CASE("passwords never reach a message", "[config]") {
@@ -514,9 +517,9 @@ TEST_CASE("YAML syntax errors, empty files and odd documents", "[config]") {
         "F: the configuration is empty (queues and handlers are required)");
   CHECK(
       ErrorOf(dir, "- a\n- b\n") ==
-      "F:1: expected a mapping of database, worker, queues, handlers, pruning and logging, got a sequence");
+      "F:1: expected a mapping of database, worker, queues, handlers, periodic, hooks, pruning, logging and metrics, got a sequence");
   CHECK(ErrorOf(dir, "\n\nhello\n") ==
-        "F:3: expected a mapping of database, worker, queues, handlers, pruning and logging, got \"hello\"");
+        "F:3: expected a mapping of database, worker, queues, handlers, periodic, hooks, pruning, logging and metrics, got \"hello\"");
   CHECK(ErrorOf(dir, kBase + "---\nqueues: []\n") == "F:7: expected one YAML document, found more");
 }
 
@@ -529,6 +532,119 @@ TEST_CASE("a file that cannot be read", "[config]") {
   const std::string bad = dir.Write("bad.yaml", "queues:\n  - {name: a, slots: -1}\n");
   CHECK_THROWS_WITH(LoadConfigFile(bad),
                     bad + ":2: queues[0].slots: expected an integer from 1 to 10000, got \"-1\"");
+}
+
+
+TEST_CASE("periodic entries: defaults, values and errors", "[config][periodic]") {
+  TempDir dir;
+  const DaemonConfig c = ParseConfig(
+      kBase +
+          "periodic:\n"                                                      // 6
+          "  nightly:\n"                                                     // 7
+          "    cron: \"30 2 * * MON-FRI\"\n"                                  // 8
+          "  sync:\n"                                                        // 9
+          "    every: 90s\n"
+          "    task: sync-task\n"
+          "    queue: reports\n"
+          "    args: {scope: all, n: 3}\n"
+          "    priority: -5\n"
+          "    max_attempts: 7\n"
+          "    overlap: false\n"
+          "    grace: 10m\n",
+      (dir.path() / "c.yaml").string());
+  REQUIRE(c.periodic.size() == 2);
+  const PeriodicConfig& nightly = c.periodic[0];
+  CHECK(nightly.name == "nightly");
+  CHECK(nightly.task == "nightly");
+  CHECK(nightly.queue == "default");
+  CHECK(nightly.args_json == "{}");
+  CHECK(nightly.overlap);
+  CHECK(nightly.grace_us == 60'000'000);
+  CHECK(nightly.max_attempts == 3);
+  CHECK(nightly.line == 7);
+  CHECK(nightly.schedule.Describe() == "cron \"30 2 * * MON-FRI\"");
+  const PeriodicConfig& sync = c.periodic[1];
+  CHECK(sync.task == "sync-task");
+  CHECK(sync.queue == "reports");
+  CHECK(sync.args_json == R"({"n":3,"scope":"all"})");
+  CHECK(sync.priority == -5);
+  CHECK(sync.max_attempts == 7);
+  CHECK_FALSE(sync.overlap);
+  CHECK(sync.grace_us == 600'000'000);
+  CHECK(sync.schedule.NextFireAfterUs(0) == 90'000'000);
+
+  CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {cron: \"61 * * * *\"}\n") ==
+        "F:7: periodic.p.cron: cron \"61 * * * *\": minute: 61 is out of range 0-59");
+  CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {every: 0s}\n") ==
+        "F:7: periodic.p.every: every \"0s\": interval must be positive");
+  CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {cron: \"* * * * *\", every: 1m}\n") ==
+        "F:7: periodic.p: expected exactly one of cron or every, got both");
+  CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {task: x}\n") ==
+        "F:7: periodic.p: expected one of cron or every");
+  CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {every: 1m, args: [1]}\n") ==
+        "F:7: periodic.p.args: expected a mapping (the job's args object), got a sequence");
+  CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {every: 1m, max_attempts: 0}\n") ==
+        "F:7: periodic.p.max_attempts: expected an integer from 1 to 1000000, got \"0\"");
+  CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {every: 1m, when: now}\n").starts_with(
+      "F:7: periodic.p.when: unknown key (known: cron, every, task, queue, args,"));
+}
+
+TEST_CASE("hooks: filters, sql or plugin, and errors", "[config][hooks]") {
+  TempDir dir;
+  const DaemonConfig c = ParseConfig(
+      kBase +
+          "hooks:\n"                                                          // 6
+          "  - name: outbox\n"                                                // 7
+          "    to: [succeeded, failed]\n"
+          "    sql: INSERT INTO outbox VALUES ($1)\n"
+          "  - name: audit\n"                                                 // 10
+          "    from: queued\n"
+          "    plugin: {path: libaudit.so, config: {table: t}}\n",
+      (dir.path() / "c.yaml").string());
+  REQUIRE(c.hooks.size() == 2);
+  CHECK(c.hooks[0].name == "outbox");
+  CHECK(c.hooks[0].sql == "INSERT INTO outbox VALUES ($1)");
+  CHECK(c.hooks[0].from.empty());
+  CHECK(c.hooks[0].Matches("running", "failed"));
+  CHECK_FALSE(c.hooks[0].Matches("running", "queued"));
+  CHECK(c.hooks[1].line == 10);
+  CHECK(c.hooks[1].plugin.has_value());
+  CHECK(c.hooks[1].plugin->config_json == R"({"table":"t"})");
+  CHECK(c.hooks[1].Matches("queued", "running"));
+  CHECK(c.hooks[1].Matches("queued", "cancelled"));
+  CHECK_FALSE(c.hooks[1].Matches("running", "queued"));
+
+  CHECK(ErrorOf(dir, kBase + "hooks:\n  - {name: a, sql: x, plugin: {path: p.so}}\n") ==
+        "F:7: hooks[0]: expected exactly one of sql or plugin, got both");
+  CHECK(ErrorOf(dir, kBase + "hooks:\n  - {name: a}\n") ==
+        "F:7: hooks[0]: expected one of sql or plugin");
+  CHECK(ErrorOf(dir, kBase + "hooks:\n  - {name: a, sql: x, to: done}\n") ==
+        "F:7: hooks[0].to: expected one of queued, running, succeeded, failed, cancelled, got \"done\"");
+  CHECK(ErrorOf(dir, kBase + "hooks:\n  - {name: a, sql: x, from: []}\n") ==
+        "F:7: hooks[0].from: must not be empty (leave it out to match any state)");
+  CHECK(ErrorOf(dir, kBase + "hooks:\n  - {name: a, sql: x}\n  - {name: a, sql: y}\n") ==
+        "F:8: hooks[1].name: duplicate hook name (first defined on line 7)");
+  CHECK(ErrorOf(dir, kBase + "hooks:\n  - {sql: x}\n") == "F:7: hooks[0].name: missing required key");
+}
+
+TEST_CASE("metrics: defaults, addresses and errors", "[config][metrics]") {
+  TempDir dir;
+  const DaemonConfig defaults = ParseConfig(kBase, (dir.path() / "c.yaml").string());
+  CHECK(defaults.metrics.enabled);
+  CHECK(defaults.metrics.host == "127.0.0.1");
+  CHECK(defaults.metrics.port == 9464);
+  const DaemonConfig v6 = ParseConfig(kBase + "metrics: {listen: \"[::1]:0\"}\n",
+                                      (dir.path() / "c.yaml").string());
+  CHECK(v6.metrics.host == "::1");
+  CHECK(v6.metrics.port == 0);
+  const DaemonConfig off = ParseConfig(kBase + "metrics: {enabled: false}\n",
+                                       (dir.path() / "c.yaml").string());
+  CHECK_FALSE(off.metrics.enabled);
+  for (const char* bad : {"localhost:9464", "127.0.0.1", "127.0.0.1:70000", "::1:9464", ":9464"}) {
+    INFO(bad);
+    CHECK(ErrorOf(dir, kBase + "metrics:\n  listen: \"" + bad + "\"\n")
+              .starts_with("F:7: metrics.listen: expected an IP address and a port such as"));
+  }
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+
+#include <cstddef>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -176,7 +178,7 @@ TEST_CASE("unusable plugins are refused with one line naming the file and the fa
         "plugin ABI version 999, but this akadzed supports version 1");
   check(Refusal(Config(TestPlugin("short_struct_plugin"))), TestPlugin("short_struct_plugin"),
         "struct akadzed_plugin is 16 bytes, but ABI version 1 needs at least " +
-            std::to_string(sizeof(akadzed_plugin)));
+            std::to_string(offsetof(akadzed_plugin, shutdown) + sizeof(akadzed_plugin::shutdown)));
   check(Refusal(Config(TestPlugin("no_handle_plugin"))), TestPlugin("no_handle_plugin"),
         "struct akadzed_plugin has no handle, shutdown");
   check(Refusal(Config(TestPlugin("failing_init_plugin"), R"({"a":1})")),
@@ -388,4 +390,28 @@ TEST_CASE("handlers share one load of a plugin file, closed with the last", "[pl
 }
 
 }  // namespace
+TEST_CASE("a hook-only plugin is a hook, not a handler; a handler-only one is not a hook",
+          "[plugin][hooks]") {
+  const std::string hook_only = TestPlugin("hook_plugin");
+  CHECK(Refusal(Config(hook_only)).find("has no handle function, so it cannot run jobs of task t") !=
+        std::string::npos);
+  CHECK(Refusal(Config(hook_only), true).find("has no handle function") != std::string::npos);
+  CHECK_NOTHROW(VerifyPlugin(Config(hook_only), PluginUse::kHook));
+  PluginHook hook("audit", Config(hook_only, R"({"refuse_task":"x"})"));
+  akadzed_transition t{};
+  t.struct_size = sizeof t;
+  t.task = "x";
+  CHECK(hook.OnTransition(t) == "task x is refused by this plugin's config");
+
+  const std::string& handler_only = kExample;
+  try {
+    VerifyPlugin(Config(handler_only), PluginUse::kHook);
+    FAIL("a plugin without on_transition verified as a hook");
+  } catch (const PluginError& e) {
+    CHECK(std::string(e.what()).find("has no on_transition function, so it cannot be a hook") !=
+          std::string::npos);
+  }
+  CHECK_THROWS_AS(PluginHook("h", Config(handler_only)), PluginError);
+}
+
 }  // namespace akadzed

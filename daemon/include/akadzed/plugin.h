@@ -141,6 +141,43 @@ struct akadzed_report {
   void* host;
 };
 
+/* One job's state change, filled by the daemon for one on_transition() call
+ * (a transition hook, docs/plugins.md). Read-only for the plugin; valid only
+ * during that call. String members are NUL-terminated; those marked
+ * "or NULL" are NULL when the job's column is NULL. */
+struct akadzed_transition {
+  /* sizeof(struct akadzed_transition) as the daemon was compiled. */
+  uint32_t struct_size;
+  int64_t id;
+  const char* queue;
+  const char* task;
+  /* The state before and after: "queued", "running", "succeeded", "failed"
+   * or "cancelled". */
+  const char* from_state;
+  const char* to_state;
+  /* The job's columns after the change. */
+  int32_t attempt;
+  int32_t max_attempts;
+  int32_t run_count;
+  int32_t priority;
+  const char* limit_key;   /* or NULL */
+  const char* unique_key;  /* or NULL */
+  const char* worker_id;   /* or NULL */
+  const char* args_json;   /* never log it */
+  const char* result_json; /* or NULL */
+  const char* errors_json; /* the last 10 {error, message} entries */
+  /* Runs one SQL statement in the transaction that makes this change (the
+   * outbox pattern: what it writes commits or rolls back with the change).
+   * `params` are n_params text values for $1..$n (NULL elements are SQL
+   * NULL). Returns 0; on error writes a one-line message into `error`
+   * (error_size bytes) and returns non-zero, and the transaction is then
+   * doomed: return non-zero from on_transition too. Only during the call. */
+  int (*exec_sql)(const struct akadzed_transition* transition, const char* sql, int n_params,
+                  const char* const* params, char* error, size_t error_size);
+  /* The daemon's own data for exec_sql; do not touch. */
+  void* host;
+};
+
 /* What akadzed_plugin_entry() returns: a static description of the plugin. */
 struct akadzed_plugin {
   /* sizeof(struct akadzed_plugin) as the plugin was compiled. */
@@ -166,6 +203,18 @@ struct akadzed_plugin {
   int (*handle)(void* instance, const struct akadzed_job* job, struct akadzed_report* report);
   /* Destroys an instance init() created, after its last handle() returned. */
   void (*shutdown)(void* instance);
+
+  /* Appended after version 1's first release; check AKADZED_HAS_MEMBER. */
+
+  /* A transition hook (config `hooks:` with `plugin:`), or NULL. Called in
+   * the transaction that changes a job's state, for the transitions the
+   * hook's from/to select, concurrently from several daemon threads with the
+   * same instance. Returns 0 to let the change commit; non-zero (after
+   * writing a one-line message into `error`) rolls it back: the job stays in
+   * its old state and the daemon tries again later. A plugin used only as a
+   * hook may leave handle NULL. */
+  int (*on_transition)(void* instance, const struct akadzed_transition* transition, char* error,
+                       size_t error_size);
 };
 
 /* The entry point every plugin defines (and exports); the returned struct
