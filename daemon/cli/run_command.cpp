@@ -3,6 +3,7 @@
 // Exit codes (docs/cli.md): 0 clean stop / config ok, 1 runtime failure
 // (e.g. the database cannot be used at start), 2 bad usage, 78 config error.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -122,6 +123,10 @@ std::optional<LoadedConfig> LoadForRun(const std::string& path) {
 int Run(const RunOptions& o) {
   // Before any thread exists (the embedded server's helpers included).
   BlockDaemonSignals();
+  // Shell handlers run as our user: keep them (and any process of that user)
+  // out of our /proc/<pid>/environ and memory, which hold the database
+  // password, and from ptrace. No core dumps follow (docs/security.md).
+  prctl(PR_SET_DUMPABLE, 0);
   std::optional<std::int64_t> demo_duration;
   if (!o.demo_duration.empty()) {
     std::string error;

@@ -10,16 +10,20 @@
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
+#include <optional>
 #include <regex>
+#include <sstream>
 #include <string_view>
 #include <system_error>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "core/duration.h"
 #include "core/redact.h"
+#include "handlers/file_trust.h"
 
 namespace akadzed {
 
@@ -77,6 +81,18 @@ std::string Describe(const YAML::Node& node) {
   }
 }
 
+// [A-Za-z_][A-Za-z0-9_]*, checked by hand: libstdc++'s std::regex recurses
+// per character, and a name of ~100,000 characters (the file may have 1 MiB)
+// overflowed the stack (found while writing tests/fuzz/fuzz_config.cpp).
+bool IsEnvName(std::string_view name) {
+  const auto letter = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+  };
+  if (name.empty() || !letter(name.front())) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return letter(c) || (c >= '0' && c <= '9'); });
+}
+
 // YAML 1.2 core schema booleans.
 std::optional<bool> ParseBool(std::string_view text) {
   if (text == "true" || text == "True" || text == "TRUE") return true;
@@ -109,6 +125,80 @@ nlohmann::json PlainScalarJson(const std::string& text) {
     if (auto d = ParseNumber<double>(text)) return *d;
   }
   return text;
+}
+
+// The first node of one YAML document: where it is, and whether the
+// document is nothing but a null.
+class FirstNode final : public YAML::EventHandler {
+ public:
+  bool seen() const { return nodes_ > 0; }
+  bool lone_null() const { return nodes_ == 1 && null_; }
+  const YAML::Mark& mark() const { return mark_; }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark, true); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark, bool null = false) {
+    if (nodes_++ == 0) {
+      mark_ = mark;
+      null_ = null;
+    }
+  }
+
+  int nodes_ = 0;
+  bool null_ = false;
+  YAML::Mark mark_ = YAML::Mark::null_mark();
+};
+
+struct DocumentsProbe {
+  std::optional<YAML::Mark> second;  // where a second document starts
+  std::optional<YAML::Mark> stuck;   // where the parser stopped making progress
+};
+
+// Looks at the first documents of `text` without building them. yaml-cpp
+// 0.7's parser makes no progress on a stray top-level ',' (or a ',' after a
+// block sequence): it reports one null document after another at the same
+// place, and YAML::LoadAll collected them until memory ran out (found by
+// tests/fuzz/fuzz_config.cpp; a SIGHUP reload of such a file took the
+// daemon down). Two consecutive null documents at one position are that
+// loop; three documents are enough to see it. Throws YAML::Exception.
+DocumentsProbe ProbeDocuments(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentsProbe probe;
+  std::optional<FirstNode> previous;
+  for (int i = 0; i < 3; ++i) {
+    FirstNode document;
+    if (!parser.HandleNextDocument(document)) break;
+    if (previous && previous->lone_null() && document.lone_null() &&
+        previous->mark().pos == document.mark().pos) {
+      probe.stuck = document.mark();
+      return probe;
+    }
+    if (i == 1) {
+      probe.second = document.seen() ? document.mark() : YAML::Mark::null_mark();
+      if (!document.lone_null()) return probe;  // a real second document
+    }
+    previous = document;
+  }
+  return probe;
 }
 
 // Reads one document into a DaemonConfig; every check fails through Fail().
@@ -157,8 +247,11 @@ class Reader {
 
  private:
   [[noreturn]] void Fail(const Item& at, const std::string& message) const {
-    throw ConfigError(Prefix(file_, at.line) +
-                      RedactSecrets(at.where.empty() ? message : at.where + ": " + message));
+    // OneLine: key paths quote the file's keys as they are, and a quoted
+    // YAML key may hold a line break (found by tests/fuzz/fuzz_config.cpp).
+    throw ConfigError(
+        OneLine(Prefix(file_, at.line) +
+                RedactSecrets(at.where.empty() ? message : at.where + ": " + message)));
   }
 
   // The value of `key` in `parent`, reported at the key's line: a block
@@ -350,7 +443,6 @@ class Reader {
   }
 
   ShellHandlerConfig Shell(const Item& item) const {
-    static const std::regex kEnvName("[A-Za-z_][A-Za-z0-9_]*");
     ShellHandlerConfig s;
     const Fields fields = Mapping(item, {"command", "env", "working_directory", "timeout",
                                          "kill_grace", "max_line_bytes", "max_output_bytes"});
@@ -365,10 +457,15 @@ class Reader {
     if (s.command[0].find('/') != std::string::npos) {
       s.command[0] = Resolve(s.command[0]);
       CheckPath(args[0], s.command[0], "execute", X_OK);
+      // Whoever can change the command runs code as the daemon's user.
+      if (std::string problem = FileTrustProblem(s.command[0]); !problem.empty()) {
+        Fail(args[0], "refusing to execute " + s.command[0] + ": " + problem +
+                          " (see docs/security.md)");
+      }
     }
     if (const Item* env = Find(fields, "env")) {
       for (const auto& [name, value] : Mapping(*env)) {
-        if (!std::regex_match(name, kEnvName)) {
+        if (!IsEnvName(name)) {
           Fail(value, "not a valid environment variable name (letters, digits and _, not "
                       "starting with a digit)");
         }
@@ -574,23 +671,33 @@ bool HookConfig::Matches(std::string_view from_state, std::string_view to_state)
 }
 
 DaemonConfig ParseConfig(const std::string& text, const std::string& path) {
-  std::vector<YAML::Node> docs;
+  YAML::Node root;
   try {
-    docs = YAML::LoadAll(text);
+    // Not YAML::LoadAll: it never returns on some malformed input, see
+    // ProbeDocuments.
+    const DocumentsProbe probe = ProbeDocuments(text);
+    if (probe.stuck) {
+      const std::size_t pos = static_cast<std::size_t>(std::max(probe.stuck->pos, 0));
+      const std::string what = pos < text.size() ? Describe(YAML::Node(text.substr(pos, 1)))
+                                                 : std::string("the end");
+      throw ConfigError(Prefix(path, probe.stuck->line + 1) + "invalid YAML: unexpected " + what);
+    }
+    if (probe.second) {
+      throw ConfigError(Prefix(path, probe.second->line + 1) +
+                        "expected one YAML document, found more");
+    }
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
-    throw ConfigError(Prefix(path, line) + "invalid YAML: " + e.msg);
+    throw ConfigError(OneLine(Prefix(path, line) + "invalid YAML: " + e.msg));
   }
-  if (docs.size() > 1) {
-    throw ConfigError(Prefix(path, LineOf(docs[1])) + "expected one YAML document, found more");
-  }
-  if (docs.empty() || docs[0].IsNull()) {
+  if (root.IsNull()) {
     throw ConfigError(Prefix(path, 0) +
                       "the configuration is empty (queues and handlers are required)");
   }
   std::error_code ec;
   fs::path dir = fs::absolute(fs::path(path), ec).parent_path();
-  return Reader(path, std::move(dir)).Read({docs[0], "", LineOf(docs[0])});
+  return Reader(path, std::move(dir)).Read({root, "", LineOf(root)});
 }
 
 DaemonConfig LoadConfigFile(const std::string& path) {

@@ -21,6 +21,23 @@ constexpr std::array<Unit, 6> kUnits = {{{"us", 1},
                                          {"h", 3600 * 1000000LL},
                                          {"d", 86400 * 1000000LL}}};
 
+// `text` in single quotes for a message, cut to 80 bytes, with control bytes
+// as \xNN: the reason must stay one line whatever the text holds (a YAML
+// scalar can hold a newline; found by tests/fuzz/fuzz_duration.cpp).
+std::string Quote(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "'";
+  for (const char c : TruncateUtf8(text, 80)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      out += {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
 std::optional<std::int64_t> Fail(std::string* error, std::string message) {
   if (error != nullptr) *error = std::move(message);
   return std::nullopt;
@@ -32,7 +49,7 @@ std::optional<std::int64_t> ParseDuration(std::string_view text, std::string* er
   if (text.empty()) return Fail(error, "empty duration");
   std::int64_t total = 0;
   std::size_t i = 0;
-  const std::string quoted = "'" + TruncateUtf8(text, 80) + "'";
+  const std::string quoted = Quote(text);
   while (i < text.size()) {
     if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
       return Fail(error, "invalid duration " + quoted + ": expected a number at position " +

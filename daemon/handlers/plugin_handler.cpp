@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -19,10 +20,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "core/duration.h"
 #include "core/redact.h"
+#include "handlers/file_trust.h"
 #include "worker/log_line.h"
 
 namespace akadzed {
@@ -132,6 +135,13 @@ std::shared_ptr<LoadedPlugin> OpenPlugin(const std::string& configured) {
   std::string path = std::filesystem::canonical(file, ec).string();
   if (ec) path = file;
 
+  // Whoever can change the file runs code inside the daemon. Checked at
+  // every load, a reload that shares the open file included: a loaded file
+  // changed in place changes the running code.
+  if (std::string problem = FileTrustProblem(path); !problem.empty()) {
+    throw PluginError(fmt::format("plugin {}: refused: {} (see docs/security.md)", path, problem));
+  }
+
   std::lock_guard lock(RegistryMutex());
   auto& registry = Registry();
   std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
@@ -174,6 +184,7 @@ class RunState {
     return timeout_us_ > 0 && Clock::now() - started_ >= std::chrono::microseconds(timeout_us_);
   }
   bool StopRequested() const { return stop_.requested() || TimedOut(); }
+  Clock::time_point started() const { return started_; }
 
   void SetResult(const char* json, std::size_t len) {
     std::lock_guard lock(mutex_);
@@ -262,6 +273,85 @@ class RunState {
 };
 
 }  // namespace
+
+// Logs, once per call, a plugin call that is still running when its timeout
+// passes: the daemon cannot interrupt it, but the operator should see it
+// while it holds its slot rather than only when (if ever) it returns. One
+// thread per handler with a timeout, started with the first call, sleeping
+// until the earliest deadline.
+//
+// Thread-safety: Add and Remove may be called from any thread.
+class OverrunWatch {
+ public:
+  OverrunWatch(std::string task, std::int64_t timeout_us)
+      : task_(std::move(task)), timeout_us_(timeout_us) {}
+  ~OverrunWatch() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  OverrunWatch(const OverrunWatch&) = delete;
+  OverrunWatch& operator=(const OverrunWatch&) = delete;
+
+  // Watches the call of job `job_id` that started at `started`; returns the
+  // token to Remove it with when it returns.
+  std::uint64_t Add(std::int64_t job_id, Clock::time_point started) {
+    std::uint64_t token;
+    {
+      std::lock_guard lock(mu_);
+      token = ++next_token_;
+      calls_.emplace(token, Call{job_id, started + std::chrono::microseconds(timeout_us_)});
+      if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+    }
+    cv_.notify_all();
+    return token;
+  }
+  void Remove(std::uint64_t token) {
+    std::lock_guard lock(mu_);
+    calls_.erase(token);
+  }
+
+ private:
+  struct Call {
+    std::int64_t job_id;
+    Clock::time_point deadline;
+  };
+
+  void Loop() {
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      std::optional<Clock::time_point> next;
+      const Clock::time_point now = Clock::now();
+      for (auto it = calls_.begin(); it != calls_.end();) {
+        if (it->second.deadline <= now) {
+          spdlog::warn("plugin job={} task={} | still running after its timeout of {}: handle() "
+                       "has not returned and the daemon cannot interrupt it (does it poll "
+                       "stop_requested?); the run is a Timeout retry when it returns",
+                       it->second.job_id, LogValue(task_), FormatDuration(timeout_us_));
+          it = calls_.erase(it);  // reported: no longer watched
+        } else {
+          next = next ? std::min(*next, it->second.deadline) : it->second.deadline;
+          ++it;
+        }
+      }
+      if (next) cv_.wait_until(lock, *next);
+      else cv_.wait(lock);
+    }
+  }
+
+  const std::string task_;
+  const std::int64_t timeout_us_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::uint64_t, Call> calls_;  // mu_ guards
+  std::uint64_t next_token_ = 0;         // mu_ guards
+  bool stopping_ = false;                // mu_ guards
+  std::thread thread_;                   // started by the first Add (under mu_)
+};
+
 }  // namespace akadzed
 
 // The host side of struct akadzed_job and struct akadzed_report. No C++
@@ -331,9 +421,13 @@ PluginHandler::PluginHandler(std::string task, const PluginHandlerConfig& config
                                   plugin_->path(), task_));
   }
   instance_ = InitInstance(*plugin_, config.config_json, "task " + task_);
+  if (timeout_us_ > 0) overrun_watch_ = std::make_unique<OverrunWatch>(task_, timeout_us_);
 }
 
-PluginHandler::~PluginHandler() { plugin_->api().shutdown(instance_); }
+PluginHandler::~PluginHandler() {
+  overrun_watch_.reset();
+  plugin_->api().shutdown(instance_);
+}
 
 JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop) {
   try {
@@ -359,6 +453,14 @@ JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop) {
     report.log = akadzed_host_log;
     report.host = &state;
 
+    struct Unwatch {  // also when handle() lets an exception escape
+      OverrunWatch* watch;
+      std::uint64_t token;
+      ~Unwatch() {
+        if (watch != nullptr) watch->Remove(token);
+      }
+    } unwatch{overrun_watch_.get(),
+              overrun_watch_ ? overrun_watch_->Add(job.id, state.started()) : 0};
     int code = plugin_->api().handle(instance_, &c_job, &report);
     if (state.TimedOut()) {
       return RetryOutcome("Timeout", fmt::format("plugin {} ran past its timeout of {}", plugin_->label(),

@@ -32,6 +32,7 @@ class PluginError : public std::runtime_error {
 };
 
 class LoadedPlugin;  // an open plugin file, shared by its handlers
+class OverrunWatch;  // logs plugin calls still running past their timeout
 
 class PluginHandler : public JobHandler {
  public:
@@ -47,7 +48,9 @@ class PluginHandler : public JobHandler {
   // Calls handle() in this thread. stop_requested() turns true once `stop`
   // is requested or config.timeout_us (if > 0) has passed since this call
   // started; a timeout is reported (kRetry "Timeout") only after the plugin
-  // returns, so plugins must poll stop_requested. A plugin's bad report
+  // returns, so plugins must poll stop_requested. A call still running when
+  // its timeout passes is logged then (warn, once per call), so that a plugin
+  // that never polls is seen while it holds its slot. A plugin's bad report
   // (unknown code, result not JSON, snooze without a delay) is kRetry
   // "BadOutcome". Never throws.
   JobOutcome Run(const ClaimedJob& job, JobStop& stop) override;
@@ -58,6 +61,7 @@ class PluginHandler : public JobHandler {
   std::shared_ptr<LoadedPlugin> plugin_;
   void* instance_ = nullptr;  // the plugin's; shared by concurrent Runs
   std::int64_t timeout_us_ = 0;
+  std::unique_ptr<OverrunWatch> overrun_watch_;  // only with a timeout
 };
 
 // A plugin's on_transition as a transition hook (config `hooks:` with
@@ -89,9 +93,10 @@ class PluginHook {
 enum class PluginUse { kHandler, kHook };
 
 // Resolves config.path (a path containing '/' is used as is, a bare file
-// name is searched in PluginSearchPath()), opens it and checks its ABI and
-// that it has the function `use` needs, without calling init (for
-// check-config). Throws PluginError.
+// name is searched in PluginSearchPath()), refuses a file that users other
+// than root and the daemon's could change (FileTrustProblem), opens it and
+// checks its ABI and that it has the function `use` needs, without calling
+// init (for check-config). Throws PluginError.
 void VerifyPlugin(const PluginHandlerConfig& config, PluginUse use = PluginUse::kHandler);
 
 // Directories searched for bare plugin file names, in order: each non-empty

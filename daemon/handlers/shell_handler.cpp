@@ -18,17 +18,19 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <libpq-fe.h>
 #include <spdlog/spdlog.h>
 
 #include "core/duration.h"
 #include "core/redact.h"
+#include "handlers/outcome_report.h"
 #include "worker/log_line.h"
 
 extern char** environ;
@@ -40,9 +42,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kOutcomeFd = 3;
-constexpr std::size_t kMaxOutcomeBytes = 1 << 20;
-constexpr std::size_t kMaxOutcomeDepth = 512;  // dump() recurses per level
-constexpr std::int64_t kMaxDelayUs = 365LL * 86'400 * 1'000'000;
 constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr std::size_t kMaxStderrInMessage = 400;
 // After the leader exits (and its group is killed), how long pipes may take
@@ -52,8 +51,39 @@ constexpr auto kDrainBound = std::chrono::seconds(1);
 constexpr auto kExitPollTick = std::chrono::milliseconds(20);
 
 // The daemon's own systemd plumbing, never inherited by a job.
-constexpr std::array<std::string_view, 6> kDroppedVariables = {
+constexpr std::array<std::string_view, 6> kSystemdVariables = {
     "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"};
+
+// libpq's environment variables (its documentation's "Environment
+// Variables"; PQconndefaults adds those of newer versions): the daemon's
+// database settings and credentials, never inherited by a job.
+constexpr std::array<std::string_view, 40> kLibpqVariables = {
+    "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGPASSFILE",
+    "PGREQUIREAUTH", "PGCHANNELBINDING", "PGSERVICE", "PGSERVICEFILE", "PGOPTIONS", "PGAPPNAME",
+    "PGSSLMODE", "PGREQUIRESSL", "PGSSLNEGOTIATION", "PGSSLCOMPRESSION", "PGSSLCERT", "PGSSLKEY",
+    "PGSSLCERTMODE", "PGSSLROOTCERT", "PGSSLCRL", "PGSSLCRLDIR", "PGSSLSNI", "PGREQUIREPEER",
+    "PGSSLMINPROTOCOLVERSION", "PGSSLMAXPROTOCOLVERSION", "PGGSSENCMODE", "PGKRBSRVNAME",
+    "PGGSSLIB", "PGGSSDELEGATION", "PGCONNECT_TIMEOUT", "PGCLIENTENCODING",
+    "PGTARGETSESSIONATTRS", "PGLOADBALANCEHOSTS", "PGDATESTYLE", "PGTZ", "PGGEQO", "PGSYSCONFDIR",
+    "PGLOCALEDIR"};
+
+// Whether the daemon's variable `name` stays out of a job's environment
+// (docs/handlers.md, "Environment"): systemd's, libpq's, and every AKADZE_*
+// (AKADZE_DATABASE_URL; the job's own are set afresh).
+bool Withheld(std::string_view name) {
+  static const std::set<std::string, std::less<>> kNames = [] {
+    std::set<std::string, std::less<>> names(kSystemdVariables.begin(), kSystemdVariables.end());
+    names.insert(kLibpqVariables.begin(), kLibpqVariables.end());
+    if (PQconninfoOption* options = PQconndefaults()) {
+      for (const PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+        if (o->envvar != nullptr) names.emplace(o->envvar);
+      }
+      PQconninfoFree(options);
+    }
+    return names;
+  }();
+  return name.starts_with("AKADZE_") || kNames.count(name) != 0;
+}
 
 [[noreturn]] void ThrowErrno(int error, const char* what) {
   throw std::system_error(error, std::generic_category(), what);
@@ -259,161 +289,6 @@ class OutputLog {
   std::string last_stderr_;
 };
 
-// ---------------------------------------------------------------------------
-// The outcome report on fd 3 (docs/handlers.md, "Reporting an outcome").
-
-struct Report {
-  bool present = false;     // the child wrote something other than whitespace
-  std::string invalid;      // non-empty: why the report is rejected (one line)
-  bool explicit_kind = false;
-  JobOutcome outcome;       // kind (kSuccess unless explicit), result, delay, error, message
-};
-
-// Deepest nesting of arrays and objects in JSON text, strings skipped.
-std::size_t NestingDepth(std::string_view text) {
-  std::size_t depth = 0;
-  std::size_t deepest = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-// Parses the report's "delay": a duration string or a number of seconds.
-std::optional<std::int64_t> ParseDelay(const nlohmann::json& value, std::string* error) {
-  std::optional<std::int64_t> delay;
-  if (value.is_string()) {
-    std::string reason;
-    delay = ParseDuration(value.get<std::string>(), &reason);
-    if (!delay) {
-      *error = "field 'delay': " + OneLine(TruncateUtf8(reason, 200));
-      return std::nullopt;
-    }
-  } else if (value.is_number()) {
-    const double seconds = value.get<double>();
-    if (!(seconds >= 0)) {
-      *error = "field 'delay' must be >= 0";
-      return std::nullopt;
-    }
-    if (seconds * 1e6 > static_cast<double>(kMaxDelayUs)) {
-      *error = "field 'delay' must be at most 365 days";
-      return std::nullopt;
-    }
-    delay = static_cast<std::int64_t>(std::llround(seconds * 1e6));
-  } else {
-    *error = "field 'delay' must be a duration string (\"30s\") or a number of seconds";
-    return std::nullopt;
-  }
-  if (*delay > kMaxDelayUs) {
-    *error = "field 'delay' must be at most 365 days";
-    return std::nullopt;
-  }
-  return delay;
-}
-
-Report ParseReport(const std::string& text, bool too_big) {
-  Report report;
-  if (too_big) {
-    report.present = true;
-    report.invalid = "outcome on fd 3 is larger than 1 MiB";
-    return report;
-  }
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return report;
-  report.present = true;
-  auto reject = [&report](std::string why) {
-    report.invalid = std::move(why);
-    return report;
-  };
-  if (NestingDepth(text) > kMaxOutcomeDepth) {
-    return reject("outcome on fd 3 is nested deeper than " + std::to_string(kMaxOutcomeDepth) +
-                  " levels");
-  }
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // Not e.what(): it quotes the payload.
-    return reject("outcome on fd 3 is not valid JSON (parse error at byte " +
-                  std::to_string(e.byte) + ")");
-  }
-  if (!doc.is_object()) return reject("outcome on fd 3 must be a JSON object");
-
-  static const std::map<std::string_view, OutcomeKind> kKinds = {
-      {"success", OutcomeKind::kSuccess}, {"retry", OutcomeKind::kRetry},
-      {"snooze", OutcomeKind::kSnooze},   {"fail", OutcomeKind::kFail},
-      {"cancel", OutcomeKind::kCancel}};
-  for (const auto& [key, value] : doc.items()) {
-    if (key != "outcome" && key != "result" && key != "delay" && key != "error" &&
-        key != "message") {
-      return reject("unknown field '" + OneLine(TruncateUtf8(key, 64)) +
-                    "' (use outcome, result, delay, error, message)");
-    }
-  }
-  JobOutcome& outcome = report.outcome;
-  if (auto it = doc.find("outcome"); it != doc.end()) {
-    if (!it->is_string()) return reject("field 'outcome' must be a string");
-    const std::string name = it->get<std::string>();
-    auto kind = kKinds.find(name);
-    if (kind == kKinds.end()) {
-      return reject("field 'outcome': unknown outcome '" + OneLine(TruncateUtf8(name, 64)) +
-                    "' (use success, retry, snooze, fail or cancel)");
-    }
-    outcome.kind = kind->second;
-    report.explicit_kind = true;
-  }
-  const OutcomeKind kind = outcome.kind;
-  const char* kind_name = OutcomeKindName(kind);
-  if (auto it = doc.find("result"); it != doc.end()) {
-    if (kind != OutcomeKind::kSuccess) {
-      return reject(std::string("field 'result' is not allowed with outcome ") + kind_name);
-    }
-    if (!it->is_null()) outcome.result_json = it->dump();
-  }
-  if (auto it = doc.find("delay"); it != doc.end()) {
-    if (kind != OutcomeKind::kRetry && kind != OutcomeKind::kSnooze) {
-      return reject(std::string("field 'delay' is not allowed with outcome ") + kind_name +
-                    " (only retry and snooze)");
-    }
-    std::string why;
-    outcome.delay_us = ParseDelay(*it, &why);
-    if (!outcome.delay_us) return reject(why);
-  }
-  if (kind == OutcomeKind::kSnooze && !outcome.delay_us) {
-    return reject("outcome snooze requires field 'delay'");
-  }
-  for (const char* field : {"error", "message"}) {
-    auto it = doc.find(field);
-    if (it == doc.end()) continue;
-    if (kind != OutcomeKind::kRetry && kind != OutcomeKind::kFail && kind != OutcomeKind::kCancel) {
-      return reject(std::string("field '") + field + "' is not allowed with outcome " + kind_name +
-                    " (only retry, fail and cancel)");
-    }
-    if (!it->is_string()) return reject(std::string("field '") + field + "' must be a string");
-    (std::strcmp(field, "error") == 0 ? outcome.error : outcome.message) = it->get<std::string>();
-  }
-  if (!outcome.error.empty()) {
-    outcome.error = OneLine(TruncateUtf8(outcome.error, 100));
-  } else if (kind == OutcomeKind::kRetry) {
-    outcome.error = "Retry";
-  } else if (kind == OutcomeKind::kFail) {
-    outcome.error = "Failed";
-  } else if (kind == OutcomeKind::kCancel) {
-    outcome.error = "Cancelled";
-  }
-  return report;
-}
-
 // How the leader process ended.
 struct ExitStatus {
   enum class How { kExited, kSignaled, kUnknown } how = How::kUnknown;
@@ -482,6 +357,8 @@ class ShellRun {
     if (pid_ > 0 && !reaped_) kill(-pid_, sig);
   }
   void Terminate(Clock::time_point now);
+  // What Terminate sends first: SIGKILL at once with kill_grace 0.
+  const char* FirstSignalName() const { return config_.kill_grace_us > 0 ? "SIGTERM" : "SIGKILL"; }
   bool CheckExited();
   void ReadFrom(UniqueFd& fd, Watch which);
   void WriteStdin();
@@ -532,11 +409,7 @@ std::vector<std::string> ShellRun::Environment() const {
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text(*entry);
     const std::string_view name = text.substr(0, text.find('='));
-    if (std::find(kDroppedVariables.begin(), kDroppedVariables.end(), name) !=
-            kDroppedVariables.end() ||
-        ours.count(std::string(name)) != 0) {
-      continue;
-    }
+    if (Withheld(name) || ours.count(std::string(name)) != 0) continue;
     env.emplace_back(text);
   }
   for (const auto& [name, value] : ours) env.push_back(name + "=" + value);
@@ -675,7 +548,7 @@ void ShellRun::ReadFrom(UniqueFd& fd, Watch which) {
   if (which != kWatchOutcome) {
     output_.Add(static_cast<OutputLog::Stream>(which), data);
   } else if (!report_too_big_) {
-    if (report_text_.size() + data.size() > kMaxOutcomeBytes) {
+    if (report_text_.size() + data.size() > kMaxOutcomeReportBytes) {
       report_too_big_ = true;
       report_text_.clear();
       report_text_.shrink_to_fit();
@@ -718,15 +591,15 @@ void ShellRun::Supervise() {
         stop_seen = true;
         stopped_ = true;
         if (!term_sent_) {
-          spdlog::info("shell job={} task={} | stopping ({}): SIGTERM to process group {}",
-                       job_.id, LogValue(task_), StopReasonText(stop_.reason()), pid_);
+          spdlog::info("shell job={} task={} | stopping ({}): {} to process group {}", job_.id,
+                       LogValue(task_), StopReasonText(stop_.reason()), FirstSignalName(), pid_);
         }
         Terminate(now);
       }
       if (timeout_at && now >= *timeout_at && !term_sent_) {
         timed_out_ = true;
-        spdlog::warn("shell job={} task={} | timed out after {}: SIGTERM to process group {}",
-                     job_.id, LogValue(task_), FormatDuration(config_.timeout_us), pid_);
+        spdlog::warn("shell job={} task={} | timed out after {}: {} to process group {}", job_.id,
+                     LogValue(task_), FormatDuration(config_.timeout_us), FirstSignalName(), pid_);
         Terminate(now);
       }
       if (kill_at_ && now >= *kill_at_) {
@@ -812,7 +685,7 @@ JobOutcome ShellRun::Decide() const {
   }
   if (timed_out_) return RetryOutcome("Timeout", "timed out after " + FormatDuration(config_.timeout_us));
 
-  const Report report = ParseReport(report_text_, report_too_big_);
+  const OutcomeReport report = ParseOutcomeReport(report_text_, report_too_big_);
   const bool signaled = status_.how == ExitStatus::How::kSignaled;
   if (!report.invalid.empty()) {
     // A crash while writing the report is the crash's story.

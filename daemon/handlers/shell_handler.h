@@ -1,7 +1,8 @@
 // The shell-command job handler: runs each job as a child process started
 // from the configured argv (exec'd directly, never through a shell unless the
 // argv itself is `sh -c ...`), in its own process group, with the job's args
-// JSON on stdin, the job's identity in the environment and an outcome pipe on
+// JSON on stdin, the job's identity in the environment (the daemon's own,
+// minus its AKADZE_*, libpq and systemd variables) and an outcome pipe on
 // fd 3. stdout and stderr are logged line by line; the timeout and stop
 // requests end the whole process group (TERM, grace, KILL). The protocol the
 // child sees is docs/handlers.md.

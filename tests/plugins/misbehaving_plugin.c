@@ -7,6 +7,8 @@
  *   "fail" / "cancel" FAIL / CANCEL without set_error
  *   "retry_after"     RETRY "Busy" after 1500 ms
  *   "slow"            SUCCESS after 300 ms, never polling stop_requested
+ *   "overrun"         SUCCESS after 2 s, never polling stop_requested
+ *   "crash"           raises SIGSEGV in handle(): the daemon dies with it
  *   "levels"          one log line per level, plus one with newlines
  *   "echo"            SUCCESS with the job's fields as the result
  *   anything else     SUCCESS without a result */
@@ -14,6 +16,7 @@
 
 #include <akadzed/plugin.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -55,6 +58,15 @@ static int test_handle(void* instance, const struct akadzed_job* job,
   if (is(job, "slow")) {
     struct timespec ts = {0, 300 * 1000000L};
     nanosleep(&ts, NULL);
+    return AKADZED_SUCCESS;
+  }
+  if (is(job, "overrun")) {
+    struct timespec ts = {2, 0};
+    nanosleep(&ts, NULL);
+    return AKADZED_SUCCESS;
+  }
+  if (is(job, "crash")) {
+    raise(SIGSEGV);
     return AKADZED_SUCCESS;
   }
   if (is(job, "levels")) {

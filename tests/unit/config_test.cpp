@@ -442,6 +442,10 @@ TEST_CASE("shell env names are checked", "[config]") {
         "F:9: handlers.x.shell.env.A: expected a string, got a sequence");
   CHECK(ErrorOf(dir, kBase + "  x:\n    shell:\n      command: [echo, \"a\\0b\"]\n") ==
         "F:8: handlers.x.shell.command[1]: must not contain a NUL byte");
+  // A long name (YAML's explicit key: implicit ones stop at 1024 characters)
+  // is checked without recursion: std::regex overflowed the stack.
+  CHECK(ErrorOf(dir, kBase + "  x:\n    shell:\n      command: [echo]\n      env:\n        ? _" +
+                         std::string(500000, 'A') + "\n        : v\n") == "loaded");
 }
 
 TEST_CASE("plugin paths and configs", "[config]") {
@@ -521,6 +525,14 @@ TEST_CASE("YAML syntax errors, empty files and odd documents", "[config]") {
   CHECK(ErrorOf(dir, "\n\nhello\n") ==
         "F:3: expected a mapping of database, worker, queues, handlers, periodic, hooks, pruning, logging and metrics, got \"hello\"");
   CHECK(ErrorOf(dir, kBase + "---\nqueues: []\n") == "F:7: expected one YAML document, found more");
+  CHECK(ErrorOf(dir, kBase + "---\n") == "F:7: expected one YAML document, found more");
+  // yaml-cpp's parser does not get past these; YAML::LoadAll looped forever.
+  CHECK(ErrorOf(dir, ",") == "F:1: invalid YAML: unexpected \",\"");
+  CHECK(ErrorOf(dir, "- a\n,") == "F:2: invalid YAML: unexpected \",\"");
+  // A key with a line break still makes a one-line message.
+  CHECK(ErrorOf(dir, kBase + "\"a\\nb\": 1\n") ==
+        "F:6: a b: unknown key (known: database, worker, queues, handlers, periodic, hooks, "
+        "pruning, logging, metrics)");
 }
 
 TEST_CASE("a file that cannot be read", "[config]") {

@@ -372,6 +372,43 @@ TEST_CASE("the child gets the job in its environment, not the daemon's systemd v
   CHECK(std::count(keyed.begin(), keyed.end(), "AKADZE_LIMIT_KEY=tenant-9") == 1);
 }
 
+TEST_CASE("the daemon's database settings and AKADZE_* never reach the child; env may set PG*",
+          "[shell]") {
+  EnvGuard env;
+  env.Set("AKADZE_DATABASE_URL", "postgresql://app:hunter2@db/app");
+  env.Set("AKADZE_JOB_ID", "999");  // a stale one, e.g. a daemon started by a handler
+  env.Set("AKADZE_SOMETHING_ELSE", "x");
+  env.Set("PGPASSWORD", "hunter2");
+  env.Set("PGPASSFILE", "/etc/akadzed/pgpass");
+  env.Set("PGSERVICEFILE", "/etc/akadzed/pg_service.conf");
+  env.Set("PGSSLKEY", "/etc/akadzed/client.key");
+  env.Set("PGHOST", "db.internal");
+  env.Set("PGUSER", "akadzed");
+  env.Set("PGP_KEY_ID", "kept");       // not libpq's
+  env.Set("AKADZED_TEST_KEPT", "kept");  // AKADZED_, not the reserved AKADZE_
+  LogCapture log;
+  ShellHandlerConfig config = Sh("env");
+  config.env = {{"PGHOST", "reports.internal"}};  // explicit: the handler's own database
+  REQUIRE(RunOnce(config, Job(7)).kind == OutcomeKind::kSuccess);
+  const std::vector<std::string> lines = log.Stdout(7);
+  const std::set<std::string> seen(lines.begin(), lines.end());
+  CHECK(seen.count("AKADZE_JOB_ID=7") == 1);
+  CHECK(seen.count("PGHOST=reports.internal") == 1);
+  CHECK(seen.count("PGP_KEY_ID=kept") == 1);
+  CHECK(seen.count("AKADZED_TEST_KEPT=kept") == 1);
+  for (const std::string& line : lines) {
+    INFO(line);
+    CHECK(line.find("hunter2") == std::string::npos);
+    for (const char* withheld : {"AKADZE_DATABASE_URL=", "AKADZE_SOMETHING_ELSE=", "PGPASSWORD=",
+                                 "PGPASSFILE=", "PGSERVICEFILE=", "PGSSLKEY=", "PGUSER="}) {
+      CHECK(line.rfind(withheld, 0) == std::string::npos);
+    }
+  }
+  CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& line) {
+          return line.rfind("AKADZE_JOB_ID=", 0) == 0;
+        }) == 1);
+}
+
 TEST_CASE("the child starts with default signals even when the daemon blocks or ignores them",
           "[shell]") {
   LogCapture log;

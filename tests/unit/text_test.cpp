@@ -34,6 +34,10 @@ TEST_CASE("bad durations are rejected with a reason", "[duration]") {
   CHECK_FALSE(ParseDuration("99999999999999999999s", &error));
   CHECK(error.find("too large") != std::string::npos);
   CHECK_FALSE(ParseDuration("9999999999999d", &error));
+  // The text is quoted with control bytes escaped: the reason stays one line.
+  CHECK_FALSE(ParseDuration("5\nm", &error));
+  CHECK(error.find("'5\\x0am'") != std::string::npos);
+  CHECK(error.find('\n') == std::string::npos);
 }
 
 TEST_CASE("durations format back to parseable text", "[duration]") {

@@ -1,0 +1,38 @@
+// The outcome report a shell handler may write to fd 3 (docs/handlers.md,
+// "Reporting an outcome"): one JSON object such as {"result": ...} or
+// {"outcome": "retry", "delay": "30s", "error": "...", "message": "..."},
+// parsed into a JobOutcome or rejected with a one-line reason.
+//
+// Thread-safety: a pure function.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "handlers/job_outcome.h"
+
+namespace akadzed {
+
+// The most a handler may write to fd 3; the shell handler stops collecting
+// there and reports the run with too_big.
+inline constexpr std::size_t kMaxOutcomeReportBytes = 1 << 20;
+// Deeper reports are refused before parsing (dump() recurses per level).
+inline constexpr std::size_t kMaxOutcomeReportDepth = 512;
+// The longest delay a report may ask for: 365 days.
+inline constexpr std::int64_t kMaxOutcomeDelayUs = 365LL * 86'400 * 1'000'000;
+
+struct OutcomeReport {
+  bool present = false;     // the child wrote something other than whitespace
+  std::string invalid;      // non-empty: why the report is rejected (one line)
+  bool explicit_kind = false;
+  JobOutcome outcome;       // kind (kSuccess unless explicit), result, delay, error, message
+};
+
+// Parses what the handler wrote to fd 3. `too_big`: it wrote more than
+// kMaxOutcomeReportBytes (and `text` was dropped). Only whitespace (or
+// nothing) is no report: present = false. Never throws except bad_alloc.
+OutcomeReport ParseOutcomeReport(std::string_view text, bool too_big);
+
+}  // namespace akadzed
