@@ -187,13 +187,13 @@ std::chrono::steady_clock::time_point PeriodicScheduler::Tick() {
         sleep_us = std::min(sleep_us, *next - now);
       }
     }
-    if (failing_) spdlog::info("periodic_recovered | the database answers again");
-    failing_ = false;
-  } catch (const std::exception& e) {
-    if (!failing_) {
-      spdlog::warn("periodic_failed | {}; retrying every second", OneLine(RedactSecrets(e.what())));
+    if (auto ended = outage_.Success()) {
+      spdlog::info("periodic_recovered failures={} outage_ms={}", ended->failures, ended->ms);
     }
-    failing_ = true;
+  } catch (const std::exception& e) {
+    // Whatever the error, it is retried every second: logged once per streak.
+    spdlog::log(outage_.Failure(), "periodic_failed | {}; retrying every second",
+                OneLine(RedactSecrets(e.what())));
   }
   return started + microseconds(std::clamp<std::int64_t>(sleep_us, 10'000, 1'000'000));
 }

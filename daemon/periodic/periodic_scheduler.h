@@ -29,6 +29,7 @@
 #include "config/config.h"
 #include "pg/connection.h"
 #include "worker/db_session.h"
+#include "worker/outage_log.h"
 
 namespace akadzed {
 
@@ -76,7 +77,7 @@ class PeriodicScheduler {
   std::vector<std::int64_t> handled_;          // per entry: latest fire_at decided (taken/enqueued)
   std::vector<std::int64_t> reported_overlap_; // per entry: fire_at last logged as overlapped
   std::int64_t clock_offset_us_ = 0;           // database clock minus system clock
-  bool failing_ = false;                       // the last tick failed (logged once per outage)
+  OutageLog outage_;  // failed ticks, logged once per streak (worker/outage_log.h)
 
   std::thread thread_;
   std::mutex mu_;

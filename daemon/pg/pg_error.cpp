@@ -67,8 +67,14 @@ void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
   if (detail.empty() && conn != nullptr) detail = PQerrorMessage(conn);
   if (detail.empty()) detail = "unknown libpq error";
 
+  // Every error the server sends carries a SQLSTATE; one without was made by
+  // libpq itself because the connection broke. libpq may still say
+  // CONNECTION_OK then: the first statement on an idle connection whose
+  // server died (pg_ctl restart -m immediate) fails with "server closed the
+  // connection unexpectedly" and only the next one sees CONNECTION_BAD
+  // (found by tests/faults/restart_test.cpp).
   const bool lost = (conn != nullptr && PQstatus(conn) == CONNECTION_BAD) ||
-                    IsConnectionSqlState(sqlstate) || (result == nullptr && sqlstate.empty());
+                    IsConnectionSqlState(sqlstate) || sqlstate.empty();
   std::string message = Message(what, detail);
   if (lost) {
     if (during_commit) {

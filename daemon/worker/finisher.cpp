@@ -7,6 +7,7 @@
 #include "core/redact.h"
 #include "pg/pg_error.h"
 #include "worker/log_line.h"
+#include "worker/retry_backoff.h"
 
 namespace akadzed {
 
@@ -20,7 +21,8 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
   if (!result.applied) {
     spdlog::warn(
         "stale_finish job={} run={} task={} queue={} outcome={} | discarded: the job is no longer "
-        "running under this worker (rescued or cancelled meanwhile)",
+        "running under this worker (rescued or cancelled meanwhile, or finished by an earlier try "
+        "of this finish whose reply the broken connection lost)",
         job.id, job.run_count, LogValue(job.task), LogValue(job.queue), OutcomeKindName(o.kind));
     return;
   }
@@ -73,7 +75,8 @@ std::int64_t Finisher::statements() const {
 }
 
 void Finisher::Loop() {
-  auto retry_delay = std::chrono::milliseconds(100);
+  // Retries double from 100 ms up to 5 s, jittered.
+  RetryBackoff backoff(std::chrono::milliseconds(100), std::chrono::seconds(5));
   std::deque<FinishItem> batch;
   for (;;) {
     {
@@ -92,7 +95,10 @@ void Finisher::Loop() {
       spdlog::error("finish_failed count={} | {}", batch.size(), OneLine(e.what()));
     }
     if (written) {
-      retry_delay = std::chrono::milliseconds(100);
+      if (auto ended = outage_.Success()) {
+        spdlog::info("finish_recovered failures={} outage_ms={}", ended->failures, ended->ms);
+      }
+      backoff.Reset();
       continue;
     }
     // The database is away: keep the batch and try again, until shutdown's
@@ -113,8 +119,8 @@ void Finisher::Loop() {
       pending_.clear();
       return;
     }
-    cv_.wait_for(lock, retry_delay, [&] { return stopping_ && std::chrono::steady_clock::now() >= deadline_; });
-    retry_delay = std::min<std::chrono::milliseconds>(retry_delay * 2, std::chrono::seconds(5));
+    cv_.wait_for(lock, backoff.Next(),
+                 [&] { return stopping_ && std::chrono::steady_clock::now() >= deadline_; });
   }
 }
 
@@ -176,7 +182,8 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       results = session_.Run(
           [&](pg::Connection& c) { return FinishJobs(c, worker_id, requests, hooks_); });
     } catch (const pg::ConnectionError& e) {
-      spdlog::error("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
+      // The database is away: logged once per outage (worker/outage_log.h).
+      spdlog::log(outage_.Failure(), "finish_failed count={} | {}", requests.size(), OneLine(e.what()));
       return false;
     } catch (const pg::TransientError& e) {
       spdlog::warn("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
@@ -193,6 +200,10 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
     if (one_by_one) {
       try {
         results = FinishOneByOne(worker_id, requests, held);
+      } catch (const pg::ConnectionError& again) {
+        spdlog::log(outage_.Failure(), "finish_failed count={} | {}", requests.size(),
+                    OneLine(again.what()));
+        return false;
       } catch (const pg::PgError& again) {
         spdlog::error("finish_failed count={} | {}", requests.size(), OneLine(again.what()));
         return false;

@@ -24,6 +24,7 @@
 #include "worker/db_session.h"
 #include "metrics/worker_metrics.h"
 #include "worker/job_finish.h"
+#include "worker/outage_log.h"
 
 namespace akadzed {
 
@@ -70,6 +71,7 @@ class Finisher {
                                            std::vector<bool>& refused);
 
   DbSession session_;
+  OutageLog outage_;  // the database being away; used on the finisher thread only
   WorkerMetrics& metrics_;
   const TransitionHooks* hooks_;  // may be null
   std::thread thread_;

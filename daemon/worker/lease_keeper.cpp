@@ -9,6 +9,7 @@
 #include "core/redact.h"
 #include "pg/pg_error.h"
 #include "worker/log_line.h"
+#include "worker/outage_log.h"
 
 namespace akadzed {
 
@@ -66,7 +67,8 @@ Clock::time_point LeaseKeeper::last_round() const {
 
 void LeaseKeeper::Loop() {
   const auto interval = std::chrono::microseconds(timings_.heartbeat_interval_us);
-  const auto ttl = std::chrono::microseconds(timings_.heartbeat_ttl_us);
+  // The database being away is logged once per outage; other errors each time.
+  OutageLog outage;
   for (;;) {
     {
       std::unique_lock lock(mu_);
@@ -74,6 +76,11 @@ void LeaseKeeper::Loop() {
     }
     try {
       Round();
+      if (auto ended = outage.Success()) {
+        spdlog::info("heartbeat_recovered failures={} outage_ms={}", ended->failures, ended->ms);
+      }
+    } catch (const pg::ConnectionError& e) {
+      spdlog::log(outage.Failure(), "heartbeat_failed | {}", OneLine(e.what()));
     } catch (const std::exception& e) {
       spdlog::error("heartbeat_failed | {}", OneLine(e.what()));
     }

@@ -15,6 +15,8 @@
 #include "core/redact.h"
 #include "pg/connection.h"
 #include "pg/pg_error.h"
+#include "worker/outage_log.h"
+#include "worker/retry_backoff.h"
 
 namespace akadzed {
 
@@ -37,15 +39,40 @@ void NotifyListener::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void NotifyListener::WarnIfPooled(pg::Connection& conn) {
+  if (warned_pooled_) return;
+  // Through a pooler, the backend pid libpq got at login is the pooler's own
+  // (PgBouncer sends a random cancel key), not the server process that ran
+  // LISTEN. In PgBouncer's transaction pooling that process goes back to the
+  // pool after LISTEN and no notification ever reaches us: the daemon still
+  // works, by polling only. Session pooling delivers them, so warn, not refuse.
+  const auto server_pid = conn.exec("SELECT pg_backend_pid()").int64(0, 0);
+  if (server_pid == conn.backend_pid()) return;
+  warned_pooled_ = true;
+  spdlog::warn("listen_pooled channel={} | the connection goes through a pooler (PgBouncer?): "
+               "LISTEN only works with session pooling; with transaction pooling no "
+               "notification arrives and jobs wait for poll_interval. Set "
+               "worker.listen_notify: false, or point the daemon at PostgreSQL directly",
+               kChannel);
+}
+
 void NotifyListener::Loop() {
-  auto retry = std::chrono::milliseconds(500);
+  // Reconnects wait 0.5 s doubling up to 30 s, jittered; the database being
+  // away is logged once per outage (worker/outage_log.h).
+  RetryBackoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
+  OutageLog outage;
   for (;;) {
-    int wait_ms = static_cast<int>(retry.count());
     try {
       pg::Connection conn = pg::Connection::Open(conninfo_, "akadzed listen");
       conn.exec(std::string("LISTEN ") + kChannel);
-      spdlog::info("listen channel={}", kChannel);
-      retry = std::chrono::milliseconds(500);
+      WarnIfPooled(conn);
+      if (auto ended = outage.Success()) {
+        spdlog::info("listen_recovered channel={} failures={} outage_ms={}", kChannel, ended->failures,
+                     ended->ms);
+      } else {
+        spdlog::info("listen channel={}", kChannel);
+      }
+      backoff.Reset();
       // Anything enqueued while we were not listening: one wake for all.
       wake_("");
       for (;;) {
@@ -53,7 +80,9 @@ void NotifyListener::Loop() {
         if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
         if (fds[1].revents != 0) return;
         if (PQconsumeInput(conn.raw()) == 0) {
-          spdlog::warn("listen_failed | {}", OneLine(RedactSecrets(PQerrorMessage(conn.raw()), conninfo_)));
+          // The connection broke under us: the first failure of an outage.
+          spdlog::log(outage.Failure(), "listen_failed | {}",
+                      OneLine(RedactSecrets(PQerrorMessage(conn.raw()), conninfo_)));
           break;
         }
         while (PGnotify* n = PQnotifies(conn.raw())) {
@@ -61,13 +90,15 @@ void NotifyListener::Loop() {
           wake_(n->extra != nullptr ? n->extra : "");
         }
       }
+    } catch (const pg::ConnectionError& e) {
+      spdlog::log(outage.Failure(), "listen_failed | {}", OneLine(e.what()));
     } catch (const pg::PgError& e) {
       spdlog::warn("listen_failed | {}", OneLine(e.what()));
     }
     // Reconnect after a pause, unless stopped meanwhile.
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(backoff.Next());
     pollfd stop{stop_fd_, POLLIN, 0};
-    if (poll(&stop, 1, wait_ms) > 0) return;
-    retry = std::min<std::chrono::milliseconds>(retry * 2, std::chrono::seconds(30));
+    if (poll(&stop, 1, static_cast<int>(wait.count())) > 0) return;
   }
 }
 

@@ -4,7 +4,8 @@
 // queue). Producers send `NOTIFY akadze_jobs, '<queue>'` after enqueuing (or
 // a trigger does, docs/operations.md). Polling stays the source of truth:
 // a missed notification only delays a job until the next poll_interval.
-// LISTEN needs a session: not through PgBouncer in transaction mode.
+// LISTEN needs a session: not through PgBouncer in transaction mode. A
+// listener that finds itself behind a pooler logs `listen_pooled` once.
 //
 // Thread-safety: Start/Stop from the owner only.
 #pragma once
@@ -14,6 +15,10 @@
 #include <thread>
 
 namespace akadzed {
+
+namespace pg {
+class Connection;
+}
 
 class NotifyListener {
  public:
@@ -30,11 +35,14 @@ class NotifyListener {
 
  private:
   void Loop();
+  // Logs listen_pooled (once) when `conn` goes through a connection pooler.
+  void WarnIfPooled(pg::Connection& conn);
 
   std::string conninfo_;
   std::function<void(const std::string&)> wake_;
   int stop_fd_ = -1;  // eventfd, readable once Stop() was called
   std::thread thread_;
+  bool warned_pooled_ = false;  // listener thread only
 };
 
 }  // namespace akadzed

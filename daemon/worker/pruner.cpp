@@ -24,11 +24,13 @@ PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batc
       "  LIMIT $2::int FOR UPDATE SKIP LOCKED)",
       params).affected();
   // A mark counts only within its key's starts_window; keep an hour at least
-  // so that a window added meanwhile still sees recent starts.
+  // so that a window added meanwhile still sees recent starts, and a minute
+  // past the longest window, as the claim's own purge does (a claim that
+  // began up to a minute ago counts from its own now()).
   counts.start_marks = conn.exec(
       "DELETE FROM akadze.limit_starts WHERE ctid = ANY(ARRAY(SELECT ctid FROM akadze.limit_starts"
-      "  WHERE started_at < now() - greatest((SELECT max(starts_window) FROM akadze.limits),"
-      "                                      interval '1 hour')"
+      "  WHERE started_at < now() - greatest((SELECT max(starts_window) FROM akadze.limits)"
+      "                                      + interval '1 minute', interval '1 hour')"
       "  LIMIT $1::int FOR UPDATE SKIP LOCKED))",
       pg::Params().add(batch)).affected();
   return counts;

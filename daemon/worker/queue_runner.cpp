@@ -1,12 +1,17 @@
 #include "worker/queue_runner.h"
 
+#include <optional>
 #include <random>
 
 #include <spdlog/spdlog.h>
 
 #include "core/redact.h"
+#include "pg/params.h"
 #include "pg/pg_error.h"
+#include "worker/job_finish.h"
 #include "worker/log_line.h"
+#include "worker/outage_log.h"
+#include "worker/retry_backoff.h"
 
 namespace akadzed {
 
@@ -87,7 +92,12 @@ void QueueRunner::ClaimLoop() {
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> jitter(0.9, 1.1);
   const auto poll = std::chrono::microseconds(timings_.poll_interval_us);
-  auto error_delay = poll;
+  // After an error the wait doubles from poll_interval up to 30 s, jittered.
+  RetryBackoff backoff(poll, std::max<std::chrono::microseconds>(poll, std::chrono::seconds(30)));
+  OutageLog outage;  // the database being away is logged once per outage
+  // The worker id of a claim whose COMMIT was in doubt, until its jobs are
+  // released (see the header comment).
+  std::optional<std::string> in_doubt_worker;
   for (;;) {
     int free_slots;
     {
@@ -111,9 +121,18 @@ void QueueRunner::ClaimLoop() {
           hooks_->Fire(c, "queued", ids);
         };
       }
+      auto back_off = [&] { delay = backoff.Next(); };
       try {
+        if (in_doubt_worker) {
+          ReleaseInDoubtClaim(*in_doubt_worker);
+          in_doubt_worker.reset();
+        }
         ClaimResult result = session_.Run([&](pg::Connection& c) { return RunClaim(c, request); });
-        error_delay = poll;
+        if (auto ended = outage.Success()) {
+          spdlog::info("claim_recovered queue={} failures={} outage_ms={}", LogValue(queue_.name),
+                       ended->failures, ended->ms);
+        }
+        backoff.Reset();
         metrics_.Claimed(queue_.name, result);
         full = static_cast<int>(result.jobs.size()) == free_slots;
         if (!result.jobs.empty()) {
@@ -121,14 +140,25 @@ void QueueRunner::ClaimLoop() {
                        result.jobs.size(), free_slots, result.elapsed_ms);
           std::lock_guard lock(mu_);
           busy_ += static_cast<int>(result.jobs.size());
-          for (ClaimedJob& job : result.jobs) ready_.push_back({std::move(job), request.worker_id});
+          for (ClaimedJob& job : result.jobs) {
+            held_.insert(job.id);
+            ready_.push_back({std::move(job), request.worker_id});
+          }
         }
         work_cv_.notify_all();
+      } catch (const pg::ConnectionError& e) {
+        // The database is away (logged once per outage), or the claim's
+        // COMMIT was in doubt: its jobs are released before the next claim.
+        if (dynamic_cast<const pg::InDoubtError*>(&e) && !in_doubt_worker) {
+          in_doubt_worker = request.worker_id;
+        }
+        spdlog::log(outage.Failure(), "claim_failed queue={} | {}", LogValue(queue_.name),
+                    OneLine(e.what()));
+        back_off();
       } catch (const std::exception& e) {
-        // Database errors, and anything else a claim may throw: log, back off.
+        // Other database errors, and anything else a claim may throw.
         spdlog::error("claim_failed queue={} | {}", LogValue(queue_.name), OneLine(e.what()));
-        delay = error_delay;
-        error_delay = std::min<std::chrono::microseconds>(error_delay * 2, std::chrono::seconds(30));
+        back_off();
       }
     }
     if (full) continue;
@@ -161,7 +191,7 @@ void QueueRunner::Execute(Claimed claimed) {
     spdlog::warn("drop job={} task={} queue={} | lease lost before it started: not run", job.id,
                  LogValue(job.task), LogValue(job.queue));
     metrics_.JobEnded(job.task, "lost", std::nullopt);
-    FreeSlot();
+    FreeSlot(job.id);
     return;
   }
   std::shared_ptr<JobHandler> handler = handlers_.Find(job.task);
@@ -207,20 +237,57 @@ void QueueRunner::Execute(Claimed claimed) {
       spdlog::warn("drop job={} task={} queue={} duration_ms={:.0f} | lease lost: no finish recorded",
                    job.id, LogValue(job.task), LogValue(job.queue), ms);
       metrics_.JobEnded(job.task, "lost", ms / 1000);
-      FreeSlot();
+      FreeSlot(job.id);
       return;
   }
+  const std::int64_t id = job.id;
   finisher_.Submit(FinishItem{std::move(claimed.job), std::move(claimed.worker_id),
-                              std::move(outcome), ms, [this] { FreeSlot(); }});
+                              std::move(outcome), ms, [this, id] { FreeSlot(id); }});
 }
 
-void QueueRunner::FreeSlot() {
+void QueueRunner::FreeSlot(std::int64_t job_id) {
   {
     std::lock_guard lock(mu_);
+    if (auto it = held_.find(job_id); it != held_.end()) held_.erase(it);
     --busy_;
     if (busy_ == 0) drained_cv_.notify_all();
   }
   claim_cv_.notify_all();
+}
+
+int QueueRunner::ReleaseInDoubtClaim(const std::string& worker_id) {
+  // Only this thread adds to held_, so every job this runner holds under
+  // worker_id is in the copy; a job leaving held_ meanwhile has had its
+  // finish recorded and is no longer running under us.
+  std::vector<std::int64_t> held;
+  {
+    std::lock_guard lock(mu_);
+    held.assign(held_.begin(), held_.end());
+  }
+  return session_.Run([&](pg::Connection& c) {
+    pg::Result rows = c.exec(
+        "SELECT id, run_count FROM akadze.jobs WHERE worker_id = $1::uuid AND state = 'running'"
+        " AND queue = $2 AND id <> ALL($3::int8[])",
+        pg::Params().add(worker_id).add(queue_.name).add_array(held));
+    std::vector<FinishRequest> requests;
+    for (int i = 0; i < rows.rows(); ++i) {
+      requests.push_back({rows.int64(i, 0), static_cast<std::int32_t>(rows.int64(i, 1)),
+                          JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}});
+    }
+    int released = 0;
+    if (requests.empty()) return released;
+    // Fenced like any finish (worker id, run_count, still running).
+    std::vector<FinishResult> results = FinishJobs(c, worker_id, requests, hooks_);
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      if (!results[k].applied) continue;
+      ++released;
+      spdlog::warn("release job={} run={} queue={} state={} | its claim's COMMIT was in doubt and "
+                   "it never ran here; no attempt spent",
+                   results[k].job_id, requests[k].run_count, LogValue(queue_.name),
+                   results[k].state);
+    }
+    return released;
+  });
 }
 
 }  // namespace akadzed

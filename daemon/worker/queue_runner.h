@@ -12,6 +12,12 @@
 // it stands for (cancel → cancelled, shutdown → released, lost lease → no
 // finish at all) and submits the outcome to the finisher.
 //
+// A claim whose COMMIT was in doubt (the connection broke while it was in
+// flight) may have committed: its jobs would then be running under this
+// live worker with nobody running them, and no rescue would ever take them.
+// So before its next claim the loop releases, without spending an attempt,
+// every job of its queue running under that worker id that it does not hold.
+//
 // Thread-safety: public members may be called from any thread; Start and
 // Join from the owner only.
 #pragma once
@@ -23,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "claim/claim_transaction.h"
@@ -70,7 +77,11 @@ class QueueRunner {
   void ClaimLoop();
   void ExecutorLoop();
   void Execute(Claimed claimed);
-  void FreeSlot();
+  // Frees the slot of job `job_id` (its finish is recorded, or it was dropped).
+  void FreeSlot(std::int64_t job_id);
+  // Releases jobs an in-doubt claim under `worker_id` may have committed (see
+  // the header comment); returns how many. Throws pg::PgError.
+  int ReleaseInDoubtClaim(const std::string& worker_id);
 
   QueueConfig queue_;
   WorkerConfig timings_;
@@ -90,6 +101,7 @@ class QueueRunner {
   std::condition_variable drained_cv_;   // busy_ reached 0
   std::deque<Claimed> ready_;            // guarded by mu_
   int busy_ = 0;                         // claimed, finish not recorded; guarded by mu_
+  std::unordered_multiset<std::int64_t> held_;  // ids of those busy slots; guarded by mu_
   bool claiming_ = true;                 // guarded by mu_
   bool executors_stop_ = false;          // guarded by mu_
   bool wake_ = false;                    // guarded by mu_

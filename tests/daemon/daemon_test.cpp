@@ -412,7 +412,10 @@ TEST_CASE("SIGHUP reloads handlers; a bad new config keeps the old one", "[daemo
 namespace akadzed::test {
 namespace {
 
-TEST_CASE("with listen_notify a NOTIFY wakes the claim loop before poll_interval", "[daemon]") {
+// [direct]: LISTEN needs a session; through PgBouncer in transaction mode no
+// notification arrives (pgbouncer_test.cpp checks the daemon says so).
+TEST_CASE("with listen_notify a NOTIFY wakes the claim loop before poll_interval",
+          "[daemon][direct]") {
   DaemonFixture f;
   std::string script = f.dir.Write("noop.sh", "#!/bin/sh\n", true);
   std::string worker = std::string(kFastWorker) + "  listen_notify: true\n";

@@ -93,8 +93,55 @@ TEST_CASE("max_starts=1 per window: a second start waits for the window, other k
   }
   CHECK(got == Ids{m2});
   CHECK(std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(900));
-  // The old mark was deleted when the key was counted; the new start left one.
-  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts WHERE key = 'mail'").int64(0, 0) == 1);
+  // The old mark outside the window no longer counts, but stays until a
+  // minute past its window (a claim that began earlier may still count it);
+  // the new start left one more. A mark older than that is deleted when the
+  // key is counted.
+  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts WHERE key = 'mail'").int64(0, 0) == 2);
+  conn.exec("INSERT INTO akadze.limit_starts (key, started_at) VALUES ('mail', now() - interval '62 seconds')");
+  std::int64_t m3 = Enqueue(conn, "mail");
+  // Once m2's start has left the window, a claim locks and counts 'mail'.
+  got.clear();
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (got.empty() && std::chrono::steady_clock::now() < deadline) {
+    got = ClaimIds(conn, 10);
+    if (got.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(got == Ids{m3});
+  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts WHERE key = 'mail'"
+                  " AND started_at < now() - interval '61 seconds'").int64(0, 0) == 0);
+}
+
+TEST_CASE("a claim that began earlier still counts the marks a later claim could have purged",
+          "[claim][limits]") {
+  // Found by the fault suite's load test (docs/reliability.md). Claim L
+  // begins at T0 and counts starts after T0 - 1 s; claim P begins later,
+  // takes the key's lock first and purges old marks; then L counts. A mark
+  // at T0 - 0.9 s is in L's window but was past P's: purged at P's
+  // now() - window, L missed it and started a third job within 1 s.
+  const std::string db = test::FreshDatabase();
+  pg::Connection setup = pg::Connection::Open(db);
+  pg::Connection early = pg::Connection::Open(db);
+  pg::Connection late = pg::Connection::Open(db);
+  SetLimit(setup, LimitRow{"rate", std::nullopt, 2, 1'000'000});
+  pg::Transaction tx(early);
+  const std::string t0(tx.exec("SELECT now()::text").text(0, 0));
+  setup.exec("INSERT INTO akadze.limit_starts (key, started_at)"
+             " VALUES ('rate', $1::timestamptz - interval '900 ms')", pg::Params().add(t0));
+  Enqueue(setup, "rate");
+  Enqueue(setup, "rate");
+  // P's now() must be past T0 + 0.1 s, so that the mark is outside its window.
+  while (!setup.exec("SELECT clock_timestamp() > $1::timestamptz + interval '150 ms'",
+                     pg::Params().add(t0)).boolean(0, 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(ClaimIds(late, 1).size() == 1);  // P: no mark in its window; takes one, purges
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 5;
+  // L: the old mark and P's are in its window: the key is full.
+  CHECK(ClaimInTransaction(tx, r).jobs.empty());
+  tx.rollback();
 }
 
 TEST_CASE("the '*' row applies per key; a key with no applicable row is held", "[claim][limits]") {

@@ -53,15 +53,19 @@ bool WaitingForLock(Connection& monitor, int pid) {
   return r.rows() == 1 && !r.is_null(0, 0) && r.boolean(0, 0);
 }
 
-// Terminates `victim`'s backend from `killer` and waits until it is gone.
-bool TerminateBackend(Connection& killer, const Connection& victim) {
-  const int pid = victim.backend_pid();
+// Terminates the server process `pid` from `killer` and waits until it is gone.
+bool TerminateBackend(Connection& killer, int pid) {
   Result r = killer.exec("SELECT pg_terminate_backend($1)", Params().add(pid));
   if (!r.boolean(0, 0)) return false;
   return Eventually([&] {
     return killer.exec("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", Params().add(pid))
                .int64(0, 0) == 0;
   });
+}
+
+// Terminates `victim`'s backend: the one libpq got at login (a direct session).
+bool TerminateBackend(Connection& killer, const Connection& victim) {
+  return TerminateBackend(killer, victim.backend_pid());
 }
 
 std::int64_t Count(Connection& conn, const std::string& table) {
@@ -269,7 +273,9 @@ TEST_CASE("pg: Result accessors", "[pg][result]") {
 
 // ---------------------------------------------------------------- Connection
 
-TEST_CASE("pg: Connection::Open sets application_name and reports its backend", "[pg][conn]") {
+// [direct]: through PgBouncer the pid libpq gets at login is the pooler's.
+TEST_CASE("pg: Connection::Open sets application_name and reports its backend",
+          "[pg][conn][direct]") {
   const std::string url = test::FreshDatabase(false);
   Connection a = Connection::Open(url);
   CHECK(a.healthy());
@@ -489,7 +495,8 @@ TEST_CASE("pg: a serialization failure (SERIALIZABLE write skew) is TransientErr
   CHECK(setup.exec("SELECT count(*) FROM doctors WHERE on_call").int64(0, 0) == 1);
 }
 
-TEST_CASE("pg: a deadlock is TransientError 40P01", "[pg][errors]") {
+// [direct]: session SETs and a backend pid, which PgBouncer does not keep.
+TEST_CASE("pg: a deadlock is TransientError 40P01", "[pg][errors][direct]") {
   const std::string url = test::FreshDatabase(false);
   Connection monitor = Connection::Open(url);
   monitor.exec("CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1), (2)");
@@ -526,7 +533,8 @@ TEST_CASE("pg: a deadlock is TransientError 40P01", "[pg][errors]") {
   CHECK(b.exec("SELECT 1").int64(0, 0) == 1);
 }
 
-TEST_CASE("pg: a lock timeout is TransientError 55P03", "[pg][errors]") {
+// [direct]: a session SET, which PgBouncer does not keep.
+TEST_CASE("pg: a lock timeout is TransientError 55P03", "[pg][errors][direct]") {
   const std::string url = test::FreshDatabase(false);
   Connection a = Connection::Open(url);
   Connection b = Connection::Open(url);
@@ -542,7 +550,9 @@ TEST_CASE("pg: a lock timeout is TransientError 55P03", "[pg][errors]") {
   CHECK_FALSE(c.poisons);
 }
 
-TEST_CASE("pg: a terminated backend gives ConnectionError", "[pg][errors]") {
+// [direct]: kills the backend of an idle session, which PgBouncer does not
+// tie to a client (the COMMIT test below runs through it too).
+TEST_CASE("pg: a terminated backend gives ConnectionError", "[pg][errors][direct]") {
   const std::string url = test::FreshDatabase(false);
   Connection killer = Connection::Open(url);
 
@@ -597,7 +607,10 @@ TEST_CASE("pg: COMMIT on a connection lost mid-transaction is InDoubtError", "[p
   {
     Transaction tx(victim);
     tx.exec("INSERT INTO t VALUES (1)");
-    REQUIRE(TerminateBackend(killer, victim));
+    // This transaction's server process: through PgBouncer, not the pid
+    // libpq got at login.
+    const int pid = static_cast<int>(tx.exec("SELECT pg_backend_pid()").int64(0, 0));
+    REQUIRE(TerminateBackend(killer, pid));
     Caught c = Capture([&] { tx.commit(); });
     CHECK(c.kind == "InDoubtError");
     CHECK(c.poisons);

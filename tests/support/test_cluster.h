@@ -2,7 +2,17 @@
 // the test main (tests/support/test_main.cpp) before any test runs, and a fresh
 // database per test.
 //
-// Thread-safety: FreshDatabase() may be called from any thread.
+// PgBouncer mode: with AKADZED_TEST_PGBOUNCER set (to anything but "" or
+// "0"), the test main also starts a PgBouncer in transaction pooling mode
+// (support/throwaway_pgbouncer.h), and FreshDatabase() hands out conninfos
+// that go through it, so the code under test (the daemon, the CLI, the claim)
+// runs pooled. What a test needs a real session for (LISTEN, a backend pid
+// to terminate, session-level locks or settings) it opens on
+// DirectConninfo(db). A test case that needs a direct session throughout is
+// tagged [direct]: its FreshDatabase() connects directly, and the
+// PgBouncer CTest entries leave it out ("~[direct]").
+//
+// Thread-safety: every function may be called from any thread.
 #pragma once
 
 #include <string>
@@ -15,10 +25,20 @@ namespace akadzed::test {
 // The running cluster. Fails the test program if it could not start.
 ThrowawayPostgres& Cluster();
 
-// Creates a new, empty database and returns its conninfo. With `migrated`,
-// the database already has every embedded migration applied (it is copied
-// from a template migrated once per test program).
+// Creates a new, empty database and returns its conninfo: through PgBouncer
+// in PgBouncer mode (except in a [direct] test case), else directly. With
+// `migrated`, the database already has every embedded migration applied (it
+// is copied from a template migrated once per test program).
 std::string FreshDatabase(bool migrated = true);
+
+// `conninfo` (one FreshDatabase() returned, maybe with keywords appended)
+// pointed straight at the cluster, for a session PgBouncer would not keep.
+// Outside PgBouncer mode it is `conninfo` itself.
+std::string DirectConninfo(const std::string& conninfo);
+
+// True when FreshDatabase() hands out PgBouncer conninfos: in PgBouncer mode,
+// outside [direct] test cases.
+bool ThroughPgBouncer();
 
 // Path of the akadzed binary under test (from the AKADZED_BIN environment
 // variable that CTest sets, else the build tree default).
