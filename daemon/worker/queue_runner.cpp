@@ -102,7 +102,7 @@ void QueueRunner::ClaimLoop() {
     int free_slots;
     {
       std::lock_guard lock(mu_);
-      if (!claiming_) return;
+      if (!claiming_) break;
       last_round_ = Clock::now();
       free_slots = queue_.slots - busy_;
       wake_ = false;
@@ -167,6 +167,16 @@ void QueueRunner::ClaimLoop() {
     claim_cv_.wait_for(lock, delay, [&] {
       return !claiming_ || wake_ || (queue_.slots - busy_ > free_slots && lease_.held());
     });
+  }
+  // Stopping right after an in-doubt claim: one try to release its jobs now,
+  // so they need not wait heartbeat_ttl for the rescue, which spends an attempt.
+  if (in_doubt_worker) {
+    try {
+      ReleaseInDoubtClaim(*in_doubt_worker);
+    } catch (const std::exception& e) {
+      spdlog::warn("release_failed queue={} | {}; the rescue recovers them after heartbeat_ttl",
+                   LogValue(queue_.name), OneLine(e.what()));
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <sstream>
 
 #include "faults/fault_scenario.h"
@@ -118,6 +119,50 @@ TEST_CASE("a claim and a finish whose COMMIT is in doubt: the claimed job is rel
            << " ms after the stall ended; in-doubt finish recorded once";
   s.Report("2b. COMMIT in doubt", audit, "1 claim COMMIT and 1 finish COMMIT in doubt",
            recovery.str());
+  INFO(audit.Summary());
+  CHECK(audit.ok());
+}
+
+TEST_CASE("a daemon stopped right after an in-doubt claim releases its jobs before it exits",
+          "[faults][in_doubt][direct]") {
+  ScenarioOptions options;
+  options.heartbeat_interval = "500ms";
+  options.heartbeat_ttl = "60s";  // a rescue would come far after the checks below
+  options.slots = 1;
+  FaultScenario s(options);
+  const int first = s.StartDaemon();
+  REQUIRE(s.daemon(first).WaitForLog("event=started"));
+  pg::Connection local = pg::Connection::Open(s.db(), "fault injector");
+  local.exec("SET synchronous_commit = local");
+  SyncRepStall stall;
+  stall.On();
+  const std::int64_t id = local.exec("INSERT INTO akadze.jobs (task, queue, args) VALUES ('plugin',"
+                                     " 'fair', '{\"ms\": 0}') RETURNING id").int64(0, 0);
+  std::int64_t pid = 0;
+  REQUIRE(WaitUntil([&] {
+    pg::Result r = local.exec("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                              " AND application_name = 'akadzed claim fair' AND wait_event = 'SyncRep'");
+    return r.rows() == 1 && (pid = r.int64(0, 0)) != 0;
+  }, 30s));
+  // SIGTERM while the claim's COMMIT waits; then the COMMIT goes through
+  // unanswered. The loop sees it in doubt while stopping.
+  s.daemon(first).Signal(SIGTERM);
+  local.exec("SELECT pg_terminate_backend($1::int)", pg::Params().add(pid));
+  stall.Off();
+  CHECK(s.daemon(first).Wait() == 0);
+  CHECK(s.CountLogLines(first, "event=release job=" + std::to_string(id)) == 1);
+  // Back in the queue with no attempt spent, not running under a gone worker.
+  pg::Result r = local.exec("SELECT state, attempt FROM akadze.jobs WHERE id = $1", pg::Params().add(id));
+  CHECK(std::string(r.text(0, 0)) == "queued");
+  CHECK(std::string(r.text(0, 1)) == "0");
+  // The next daemon runs it at once (a rescue would wait heartbeat_ttl).
+  s.StartDaemon();
+  CHECK(WaitUntil([&] {
+    return local.exec("SELECT state = 'succeeded' FROM akadze.jobs WHERE id = $1",
+                      pg::Params().add(id)).text(0, 0) == std::string("t");
+  }, 30s));
+  CHECK(s.StopDaemons() == 0);
+  AuditReport audit = s.RunAudit();
   INFO(audit.Summary());
   CHECK(audit.ok());
 }
