@@ -16,6 +16,12 @@ constexpr std::int64_t kMaxWindow = std::int64_t{1} << 24;
 
 }  // namespace
 
+bool IndexBefore(const IndexPosition& a, const IndexPosition& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.run_at_us != b.run_at_us) return a.run_at_us < b.run_at_us;
+  return a.id < b.id;
+}
+
 bool ClaimsBefore(const ReadyRow& a, const ReadyRow& b) {
   if (a.effective != b.effective) return a.effective > b.effective;
   if (a.run_at_us != b.run_at_us) return a.run_at_us < b.run_at_us;

@@ -57,6 +57,10 @@ struct IndexPosition {
   friend bool operator==(const IndexPosition&, const IndexPosition&) = default;
 };
 
+// Index order of jobs_claim_idx (and of one group in jobs_claim_key_idx):
+// priority DESC, run_at, id. True when a comes before b.
+bool IndexBefore(const IndexPosition& a, const IndexPosition& b);
+
 // One ready job as read from the queue.
 struct ReadyRow {
   std::int64_t id = 0;

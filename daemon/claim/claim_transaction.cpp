@@ -8,8 +8,10 @@
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "claim/key_limits.h"
+#include "claim/keyed_window.h"
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
 
@@ -109,6 +111,225 @@ std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const ReadContext& ctx, co
   }
   return ToRows(tx.exec(st.sql, st.params()));
 }
+
+// ---- Reading around skipped groups (keyed_window.h) ----
+
+// A keyed read is tried when the groups a window skips made up at least this
+// share of the stream's previous window: a filtered walk of jobs_claim_idx
+// would then step over at least as many rows as it returns.
+constexpr double kKeyedSkipShare = 0.5;
+// Enumerating the queue's groups and counting their keys costs about as much
+// per group as a filtered walk spends on this many rows (measured with
+// bench/claim_bench: ~25 us per group, 0.2-0.5 us per row). A queue with
+// more groups than its queued rows (as estimated) / this is read by filtered
+// windows only, as is one with more than kMaxKeyedGroups.
+constexpr double kRowsPerGroup = 32;
+constexpr std::int64_t kMaxKeyedGroups = 10000;
+
+// The ready rows of one group (`group_cond`, over akadze.jobs' columns) after
+// `after` and up to `through` (nullopt: no bound), in claim order, at most
+// `limit` (an SQL expression): one jobs_claim_key_idx range per priority
+// part, so the scan never steps over rows outside the range.
+std::string GroupRangeSql(Statement& st, const ReadContext& ctx, const std::string& group_cond,
+                          const IndexPosition& after, const std::optional<IndexPosition>& through,
+                          const std::string& limit) {
+  const std::string base = "SELECT * FROM akadze.jobs WHERE queue = " + st.bind(ctx.queue) + " AND " +
+                           group_cond + " AND " + kReadyJobSql;
+  const std::string pa = st.bind(std::int64_t{after.priority});
+  const std::string ra = "(" + Timestamp(st.bind(after.run_at_us)) + ", " + st.bind(after.id) + ")";
+  std::vector<std::string> arms;
+  if (through && through->priority == after.priority) {
+    const std::string rx = "(" + Timestamp(st.bind(through->run_at_us)) + ", " + st.bind(through->id) + ")";
+    arms.push_back(base + " AND priority = " + pa + " AND (run_at, id) > " + ra + " AND (run_at, id) <= " +
+                   rx + " ORDER BY run_at, id LIMIT " + limit);
+  } else {
+    arms.push_back(base + " AND priority = " + pa + " AND (run_at, id) > " + ra +
+                   " ORDER BY run_at, id LIMIT " + limit);
+    std::string lower = base + " AND priority <= " + pa + "::int - 1";
+    if (through) {
+      const std::string px = st.bind(std::int64_t{through->priority});
+      const std::string rx = "(" + Timestamp(st.bind(through->run_at_us)) + ", " + st.bind(through->id) + ")";
+      lower += " AND priority >= " + px + "::int + 1";
+      arms.push_back(base + " AND priority = " + px + " AND (run_at, id) <= " + rx +
+                     " ORDER BY run_at, id LIMIT " + limit);
+    }
+    arms.push_back(lower + " ORDER BY priority DESC, run_at, id LIMIT " + limit);
+  }
+  std::string sql = "SELECT * FROM (";
+  for (std::size_t i = 0; i < arms.size(); ++i) sql += (i ? " UNION ALL (" : "(") + arms[i] + ")";
+  return sql + ") w ORDER BY w.priority DESC, w.run_at, w.id LIMIT " + limit;
+}
+
+// Each group with queued rows in the queue, as its first row in index order
+// (ready or not): a skip scan over jobs_claim_key_idx, one descent per key
+// and one for the NULL-key group, reading the index only. nullopt when there
+// are more than `max_groups`.
+std::optional<std::vector<ReadyRow>> EnumerateGroups(pg::Transaction& tx, const ReadContext& ctx,
+                                                     std::int64_t max_groups) {
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  const std::string columns = "limit_key, priority, run_at, id";
+  st.sql = "WITH RECURSIVE starts AS ("
+           "  (SELECT " + columns + " FROM akadze.jobs WHERE queue = " + queue +
+           "   AND state = 'queued' AND limit_key IS NOT NULL"
+           "   ORDER BY limit_key, priority DESC, run_at, id LIMIT 1)"
+           "  UNION ALL"
+           "  SELECT n.* FROM starts s CROSS JOIN LATERAL ("
+           "    SELECT " + columns + " FROM akadze.jobs j WHERE j.queue = " + queue +
+           "    AND j.state = 'queued' AND j.limit_key > s.limit_key"
+           "    ORDER BY j.limit_key, j.priority DESC, j.run_at, j.id LIMIT 1) n)"
+           " (SELECT " + RowColumns(st, ctx, "starts") + " FROM starts LIMIT " + st.bind(max_groups + 1) + ")"
+           " UNION ALL"
+           " (SELECT " + RowColumns(st, ctx, "j") + " FROM akadze.jobs j WHERE j.queue = " + queue +
+           "  AND j.state = 'queued' AND j.limit_key IS NULL ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)";
+  std::vector<ReadyRow> starts = ToRows(tx.exec(st.sql, st.params()));
+  const auto keys = std::count_if(starts.begin(), starts.end(), [](const ReadyRow& r) { return r.limit_key.has_value(); });
+  if (keys > max_groups) return std::nullopt;
+  return starts;
+}
+
+// For each group (with its row limit), its ready rows after `after` up to
+// `through`, in claim order: one statement for all of them.
+std::vector<std::vector<ReadyRow>> ReadGroupRanges(pg::Transaction& tx, const ReadContext& ctx,
+                                                   const std::vector<GroupRowsRead>& groups,
+                                                   const IndexPosition& after,
+                                                   const std::optional<IndexPosition>& through) {
+  std::vector<std::string> keys;
+  std::vector<std::int64_t> limits;
+  std::optional<std::int64_t> null_limit;
+  for (const GroupRowsRead& g : groups) {
+    if (g.key) {
+      keys.push_back(*g.key);
+      limits.push_back(g.limit);
+    } else {
+      null_limit = g.limit;
+    }
+  }
+  Statement st;
+  std::vector<std::string> parts;
+  if (!keys.empty()) {
+    const std::string unnest = "unnest(" + st.bind_array(keys) + "::text[], " + st.bind_array(limits) +
+                               "::int8[]) WITH ORDINALITY AS u(k, lim, n)";
+    const std::string range = GroupRangeSql(st, ctx, "limit_key = u.k", after, through, "u.lim");
+    parts.push_back("SELECT u.n, " + RowColumns(st, ctx, "g") + " FROM " + unnest +
+                    " CROSS JOIN LATERAL (" + range + ") g");
+  }
+  if (null_limit) {
+    const std::string range = GroupRangeSql(st, ctx, "limit_key IS NULL", after, through, st.bind(*null_limit));
+    parts.push_back("SELECT 0::int8, " + RowColumns(st, ctx, "g") + " FROM (" + range + ") g");
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i) st.sql += (i ? " UNION ALL " : "") + parts[i];
+  st.sql = "SELECT * FROM (" + st.sql + ") x ORDER BY 1, priority DESC, run_at_us, id";
+  pg::Result r = tx.exec(st.sql, st.params());
+  // Group n (1-based, in `keys` order) or 0 (NULL) back to the caller's order.
+  std::vector<std::size_t> slot_of_n(keys.size() + 1, 0);
+  {
+    std::size_t next_key = 0;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      if (groups[i].key) {
+        slot_of_n[++next_key] = i;
+      } else {
+        slot_of_n[0] = i;
+      }
+    }
+  }
+  std::vector<std::vector<ReadyRow>> out(groups.size());
+  std::vector<ReadyRow> rows = ToRows(r, 1);
+  for (int i = 0; i < r.rows(); ++i) {
+    out[slot_of_n[static_cast<std::size_t>(r.int64(i, 0))]].push_back(std::move(rows[static_cast<std::size_t>(i)]));
+  }
+  return out;
+}
+
+// Reads the windows of the single stream (no aging): through jobs_claim_idx,
+// or, when skipped groups would make that walk long, around them through
+// jobs_claim_key_idx (KeyedWindow). Both return rows the planner treats the
+// same: every ready row of a group not skipped, after the frontier and up to
+// the last row returned.
+class WindowReader {
+ public:
+  // `queued_rows`: PostgreSQL's estimate of the queued rows (of every queue),
+  // negative when it has none; it bounds the groups worth enumerating.
+  WindowReader(pg::Transaction& tx, const ReadContext& ctx, double queued_rows)
+      : tx_(tx),
+        ctx_(ctx),
+        max_groups_(queued_rows < 0 ? kMaxKeyedGroups
+                                    : std::min(kMaxKeyedGroups,
+                                               static_cast<std::int64_t>(queued_rows / kRowsPerGroup))) {}
+
+  struct Window {
+    std::vector<ReadyRow> rows;
+    bool exhausted = false;
+    bool keyed = false;
+  };
+
+  Window Read(const WindowRead& read) {
+    Window w;
+    if (UseKeyed(read)) {
+      w.keyed = true;
+      std::vector<GroupKey> need = keyed_->GroupsNeedingHead(read);
+      if (!need.empty()) {
+        std::vector<GroupRowsRead> heads;
+        for (GroupKey& key : need) heads.push_back(GroupRowsRead{std::move(key), 1});
+        std::vector<std::vector<ReadyRow>> got = ReadGroupRanges(tx_, ctx_, heads, *read.after, std::nullopt);
+        for (std::size_t i = 0; i < heads.size(); ++i) {
+          keyed_->SetHead(heads[i].key, got[i].empty() ? std::nullopt : std::optional<ReadyRow>(got[i].front()));
+        }
+      }
+      std::optional<KeyedRowsPlan> plan = keyed_->PlanRows(read);
+      if (!plan) {
+        w.exhausted = true;
+      } else {
+        std::vector<std::vector<ReadyRow>> got = ReadGroupRanges(tx_, ctx_, plan->groups, *read.after, plan->through);
+        w.rows = keyed_->Merge(*plan, got);
+      }
+    } else {
+      w.rows = ReadWindow(tx_, ctx_, read);
+      w.exhausted = static_cast<std::int64_t>(w.rows.size()) < read.limit;
+    }
+    last_window_ = w.rows;
+    return w;
+  }
+
+  // The queue's keys, once, when the first keyed read enumerated them (then
+  // empty): the claim counts them ahead of their rows.
+  std::vector<std::string> TakeEnumeratedKeys() { return std::exchange(enumerated_, {}); }
+
+ private:
+  // Whether `read` goes through KeyedWindow (enumerating the keys the first
+  // time). Once a claim reads keyed, it stays keyed.
+  bool UseKeyed(const WindowRead& read) {
+    if (keyed_) return true;
+    if (keyed_refused_ || max_groups_ < 1 || !read.after || last_window_.empty()) return false;
+    if (read.skip_keys.empty() && !read.skip_null_key) return false;
+    const std::unordered_set<std::string> skipped(read.skip_keys.begin(), read.skip_keys.end());
+    std::size_t in_skipped = 0;
+    for (const ReadyRow& r : last_window_) {
+      if (r.limit_key ? skipped.contains(*r.limit_key) : read.skip_null_key) ++in_skipped;
+    }
+    if (static_cast<double>(in_skipped) < kKeyedSkipShare * static_cast<double>(last_window_.size())) {
+      return false;
+    }
+    std::optional<std::vector<ReadyRow>> starts = EnumerateGroups(tx_, ctx_, max_groups_);
+    if (!starts) {
+      keyed_refused_ = true;
+      return false;
+    }
+    for (const ReadyRow& start : *starts) {
+      if (start.limit_key) enumerated_.push_back(*start.limit_key);
+    }
+    keyed_.emplace(*starts);
+    return true;
+  }
+
+  pg::Transaction& tx_;
+  const ReadContext& ctx_;
+  std::optional<KeyedWindow> keyed_;
+  const std::int64_t max_groups_;
+  bool keyed_refused_ = false;
+  std::vector<std::string> enumerated_;
+  std::vector<ReadyRow> last_window_;
+};
 
 // The priority levels present among the queue's queued rows, highest first,
 // each with its first row in index order (ready or not): a skip scan over
@@ -370,11 +591,17 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
 
   // Window reads are small index range scans; a parallel plan chosen on a
   // bad row estimate only adds worker start-up (tens of ms) to a claim.
+  // Nor JIT: a million-row queue makes the estimates of a keyed read's
+  // per-group ranges large enough for JIT, which then compiles for ~20 ms a
+  // statement that runs in one. The planner's estimate of queued rows
+  // (jobs_claim_idx's entries) comes along: it tells whether reading around
+  // skipped groups can pay off.
   pg::Result head = tx.exec(
-      "SELECT set_config('max_parallel_workers_per_gather', '0', true),"
-      " EXISTS (SELECT 1 FROM akadze.queue_pauses WHERE queue = $1)",
+      "SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true),"
+      " EXISTS (SELECT 1 FROM akadze.queue_pauses WHERE queue = $1),"
+      " (SELECT reltuples::float8 FROM pg_class WHERE oid = 'akadze.jobs_claim_idx'::regclass)",
       pg::Params().add(request.queue));
-  if (head.boolean(0, 1)) {
+  if (head.boolean(0, 2)) {
     result.paused = true;
     finish(result);
     return result;
@@ -413,6 +640,7 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
     reads = planner.FirstReads();
   }
   std::vector<CatchUpRead> catch_ups;
+  WindowReader window_reader(tx, ctx, head.is_null(0, 3) ? -1.0 : head.float64(0, 3));
   PlanStep step;
   for (;;) {
     for (const CatchUpRead& c : catch_ups) {
@@ -421,17 +649,33 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
       planner.AddCatchUp(c, rows);
     }
     if (!reads.empty()) {
-      std::vector<std::vector<ReadyRow>> windows;
+      std::vector<WindowReader::Window> windows;
       if (request.aging_us) {
-        windows = ReadLevelWindows(tx, ctx, heads, reads);
+        for (std::vector<ReadyRow>& rows : ReadLevelWindows(tx, ctx, heads, reads)) {
+          windows.push_back(WindowReader::Window{std::move(rows), false, false});
+        }
+        for (std::size_t i = 0; i < reads.size(); ++i) {
+          windows[i].exhausted = static_cast<std::int64_t>(windows[i].rows.size()) < reads[i].limit;
+        }
       } else {
-        for (const WindowRead& w : reads) windows.push_back(ReadWindow(tx, ctx, w));
+        for (const WindowRead& w : reads) windows.push_back(window_reader.Read(w));
       }
       for (std::size_t i = 0; i < reads.size(); ++i) {
         ++result.windows;
-        result.rows_read += static_cast<std::int64_t>(windows[i].size());
-        planner.AddWindow(reads[i], windows[i],
-                          static_cast<std::int64_t>(windows[i].size()) < reads[i].limit);
+        if (windows[i].keyed) ++result.keyed_windows;
+        result.rows_read += static_cast<std::int64_t>(windows[i].rows.size());
+        planner.AddWindow(reads[i], windows[i].rows, windows[i].exhausted);
+      }
+    }
+    // Keys the keyed read enumerated: those held or at their limit in a
+    // count without locks get n = 0 now, as they would when their rows are
+    // seen, so the next window skips them before reading any of their rows.
+    if (std::vector<std::string> enumerated = window_reader.TakeEnumeratedKeys(); !enumerated.empty()) {
+      std::erase_if(enumerated, [&](const std::string& k) { return keys.contains(k); });
+      for (auto& [key, info] : CountKeys(tx, enumerated, /*purge=*/false)) {
+        if (info.allowed > 0) continue;
+        keys[key] = KeyInfo{0, false};
+        planner.SetKeyAllowed(key, 0);
       }
     }
     std::vector<std::string> fresh = planner.KeysNeedingState();

@@ -70,6 +70,7 @@ struct ClaimedJob {
 struct ClaimResult {
   std::vector<ClaimedJob> jobs;  // in claim order
   int windows = 0;               // window reads issued (one per stream read)
+  int keyed_windows = 0;         // of those, read around skipped groups (keyed_window.h)
   int streams = 1;               // 1, or the priority levels read with aging
   std::int64_t rows_read = 0;    // rows those reads (and catch-ups) returned
   int lock_rounds = 0;           // FOR UPDATE SKIP LOCKED rounds

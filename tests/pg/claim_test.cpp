@@ -13,6 +13,7 @@
 #include "admin/limits_table.h"
 #include "claim/claim_transaction.h"
 #include "pg/transaction.h"
+#include "support/reference_claim.h"
 #include "support/test_cluster.h"
 
 namespace akadzed {
@@ -249,6 +250,83 @@ TEST_CASE("the first window is slots x 4 rows", "[claim]") {
   CHECK(res.jobs.size() == 3);
   CHECK(res.windows == 1);
   CHECK(res.rows_read == 12);
+}
+
+// Reading around skipped groups (docs/claim.md): a key at its limit owns
+// the head of the queue, so the second window reads the other keys' rows
+// through jobs_claim_key_idx instead of stepping over the held key's rows.
+// The claim returns what the full-scan reference returns, and reads about
+// as many rows whatever the length of the skipped run.
+TEST_CASE("a long run of a key at its limit is read around, with the reference's result",
+          "[claim][keyed]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  SetLimit(conn, LimitRow{"*", 1000, std::nullopt, std::nullopt});
+  SetLimit(conn, LimitRow{"hot", 1, std::nullopt, std::nullopt});
+  conn.exec("INSERT INTO akadze.jobs (task, queue, state, limit_key, run_count, worker_id, started_at)"
+            " VALUES ('t', 'elsewhere', 'running', 'hot', 1, gen_random_uuid(), now())");
+  std::vector<std::int64_t> rows_read;
+  for (int hot_rows : {2000, 20000}) {
+    conn.exec("DELETE FROM akadze.jobs WHERE queue = 'q'");
+    // hot's jobs first in claim order, then 30 keys interleaved; one of them
+    // also has a job that is not ready, between the hot run and the rest.
+    conn.exec("INSERT INTO akadze.jobs (task, queue, limit_key, run_at)"
+              " SELECT 't', 'q', CASE WHEN i <= $1 THEN 'hot' ELSE 'k' || i % 30 END,"
+              "        now() - interval '1 day' + i * interval '1 ms'"
+              " FROM generate_series(1, $1::int + 600) AS i",
+              pg::Params().add(hot_rows));
+    conn.exec("UPDATE akadze.jobs SET cancel_requested_at = now()"
+              " WHERE id = (SELECT min(id) FROM akadze.jobs WHERE queue = 'q' AND limit_key = 'k7')");
+    conn.exec("ANALYZE akadze.jobs");
+    for (ClaimMode mode : {ClaimMode::kOrdered, ClaimMode::kFair}) {
+      ClaimRequest r;
+      r.queue = "q";
+      r.slots = 10;
+      r.mode = mode;
+      pg::Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED");
+      test::ReferenceClaimRequest ref{"q", 10, mode == ClaimMode::kFair, {}, std::nullopt};
+      Ids expected = test::ReferenceClaim(conn, ref);
+      ClaimResult got = ClaimInTransaction(tx, r);
+      tx.rollback();
+      Ids ids;
+      for (const ClaimedJob& j : got.jobs) ids.push_back(j.id);
+      CHECK(ids == expected);
+      CHECK(ids.size() == 10);
+      CHECK(got.keyed_windows >= 1);
+      rows_read.push_back(got.rows_read);
+    }
+  }
+  // Ten times the skipped run, the same rows read.
+  CHECK(rows_read[2] == rows_read[0]);
+  CHECK(rows_read[3] == rows_read[1]);
+}
+
+TEST_CASE("a queue of one key at its limit, or one fair group, ends after two windows",
+          "[claim][keyed]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  SetLimit(conn, LimitRow{"hot", 1, std::nullopt, std::nullopt});
+  conn.exec("INSERT INTO akadze.jobs (task, queue, state, limit_key, run_count, worker_id, started_at)"
+            " VALUES ('t', 'elsewhere', 'running', 'hot', 1, gen_random_uuid(), now())");
+  conn.exec("INSERT INTO akadze.jobs (task, queue, limit_key, run_at)"
+            " SELECT 't', 'one-key', 'hot', now() - i * interval '1 ms' FROM generate_series(1, 5000) i");
+  conn.exec("INSERT INTO akadze.jobs (task, queue, run_at)"
+            " SELECT 't', 'no-keys', now() - i * interval '1 ms' FROM generate_series(1, 5000) i");
+  conn.exec("ANALYZE akadze.jobs");
+  ClaimRequest r;
+  r.slots = 5;
+  r.dry_run = true;
+  r.queue = "one-key";
+  ClaimResult one_key = RunClaim(conn, r);
+  CHECK(one_key.jobs.empty());
+  CHECK(one_key.windows == 2);
+  CHECK(one_key.keyed_windows == 1);
+  CHECK(one_key.rows_read == 20);
+  r.queue = "no-keys";
+  r.mode = ClaimMode::kFair;
+  ClaimResult no_keys = RunClaim(conn, r);
+  CHECK(no_keys.jobs.size() == 5);
+  CHECK(no_keys.windows == 2);
+  CHECK(no_keys.keyed_windows == 1);
+  CHECK(no_keys.rows_read == 20);
 }
 
 std::string DatabaseOf(pg::Connection& conn) {

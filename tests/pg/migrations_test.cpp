@@ -30,7 +30,7 @@ using pg::Params;
 using pg::Result;
 
 const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses",
-                                               "003_limit_keys"};
+                                               "003_limit_keys", "004_claim_key_index"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -91,7 +91,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "003_limit_keys");
+  CHECK(ExpectedSchemaVersion() == "004_claim_key_index");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -105,7 +105,7 @@ TEST_CASE("migrations: Migrate applies every version in order, then nothing",
   CHECK(AppliedMigrations(conn) == kAllVersions);
   Result rows = conn.exec("SELECT version, applied_at IS NOT NULL, applied_at <= now()"
                           " FROM akadze.schema_migrations ORDER BY version");
-  REQUIRE(rows.rows() == 3);
+  REQUIRE(rows.rows() == static_cast<int>(kAllVersions.size()));
   CHECK(Column(rows) == kAllVersions);
   for (int i = 0; i < rows.rows(); ++i) {
     CHECK(rows.boolean(i, 1));
@@ -116,16 +116,17 @@ TEST_CASE("migrations: Migrate applies every version in order, then nothing",
   SECTION("a second run applies nothing") {
     CHECK(Migrate(conn).empty());
     CHECK(AppliedMigrations(conn) == kAllVersions);
-    CHECK(conn.exec("SELECT count(*) FROM akadze.schema_migrations").int64(0, 0) == 3);
+    CHECK(conn.exec("SELECT count(*) FROM akadze.schema_migrations").int64(0, 0) ==
+          static_cast<std::int64_t>(kAllVersions.size()));
   }
 
   SECTION("a later migration is applied alone") {
     std::vector<Migration> more(EmbeddedMigrations().begin(), EmbeddedMigrations().end());
-    more.push_back(Migration{"004_test_extra", "CREATE TABLE akadze.test_extra (id int)"});
-    CHECK(Migrate(conn, more) == std::vector<std::string>{"004_test_extra"});
+    more.push_back(Migration{"999_test_extra", "CREATE TABLE akadze.test_extra (id int)"});
+    CHECK(Migrate(conn, more) == std::vector<std::string>{"999_test_extra"});
     CHECK(conn.exec("SELECT to_regclass('akadze.test_extra') IS NOT NULL").boolean(0, 0));
     CHECK(Migrate(conn, more).empty());
-    CHECK(AppliedMigrations(conn).back() == "004_test_extra");
+    CHECK(AppliedMigrations(conn).back() == "999_test_extra");
   }
 }
 
@@ -211,7 +212,8 @@ TEST_CASE("migrations: concurrent Migrate calls both succeed and apply each vers
   CHECK(all == kAllVersions);
   CHECK((r1.empty() || r2.empty()));
   CHECK(AppliedMigrations(monitor) == kAllVersions);
-  CHECK(monitor.exec("SELECT count(*) FROM akadze.schema_migrations").int64(0, 0) == 3);
+  CHECK(monitor.exec("SELECT count(*) FROM akadze.schema_migrations").int64(0, 0) ==
+        static_cast<std::int64_t>(kAllVersions.size()));
 }
 
 // ---------------------------------------------------------------- the schema
@@ -419,7 +421,8 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
       " JOIN pg_class c ON c.oid = i.indexrelid"
       " WHERE i.indrelid = 'akadze.jobs'::regclass ORDER BY c.relname");
   std::vector<std::string> names = Column(r, 0);
-  CHECK(names == std::vector<std::string>{"jobs_claim_idx", "jobs_finished_at_idx", "jobs_pkey",
+  CHECK(names == std::vector<std::string>{"jobs_claim_idx", "jobs_claim_key_idx",
+                                          "jobs_finished_at_idx", "jobs_pkey",
                                           "jobs_running_limit_key_idx", "jobs_running_worker_idx",
                                           "jobs_unique_key_active_idx"});
   auto def = [&](const std::string& name) -> std::string {
@@ -431,6 +434,10 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
   CHECK(def("jobs_claim_idx") ==
         "CREATE INDEX jobs_claim_idx ON akadze.jobs USING btree"
         " (queue, priority DESC, run_at, id) WHERE (state = 'queued'::text)");
+  // akadzed's: each key's queued rows in claim order (004_claim_key_index).
+  CHECK(def("jobs_claim_key_idx") ==
+        "CREATE INDEX jobs_claim_key_idx ON akadze.jobs USING btree"
+        " (queue, limit_key, priority DESC, run_at, id) WHERE (state = 'queued'::text)");
   CHECK(def("jobs_running_worker_idx") ==
         "CREATE INDEX jobs_running_worker_idx ON akadze.jobs USING btree (worker_id)"
         " WHERE (state = 'running'::text)");
@@ -470,7 +477,8 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
   CHECK(first.exit_code == 0);
   CHECK(test::Lines(first.out) == std::vector<std::string>{"applied 001_initial",
                                                            "applied 002_queue_pauses",
-                                                           "applied 003_limit_keys"});
+                                                           "applied 003_limit_keys",
+                                                           "applied 004_claim_key_index"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});
@@ -487,7 +495,7 @@ TEST_CASE("migrations: akadzed migrate reads AKADZE_DATABASE_URL", "[migrations]
   test::CommandResult r = test::RunAkadzed({"migrate"}, {{"AKADZE_DATABASE_URL", url}});
   INFO("stderr: " << r.err);
   CHECK(r.exit_code == 0);
-  CHECK(test::Lines(r.out).size() == 3);
+  CHECK(test::Lines(r.out).size() == kAllVersions.size());
   Connection conn = Connection::Open(url);
   CHECK(AppliedMigrations(conn) == kAllVersions);
 
