@@ -1,0 +1,677 @@
+// The end-to-end throughput benchmark's driver (started by bench/throughput/run,
+// which builds akadzed and the no-op plugin, installs the peers and starts a
+// throwaway PostgreSQL). On that one PostgreSQL, in one run, it measures:
+//
+//  - akadzed burn-down: N ready jobs inserted first, then the real daemon
+//    (`akadzed run`) with the no-op plugin, and with a /bin/true shell
+//    handler; jobs/s from the first claim (min started_at) to the last
+//    finish (max finished_at), the daemon's CPU time (/proc/<pid>/stat) and
+//    peak memory (VmHWM), the server's CPU time, and per job the statements
+//    (round trips) and commits the server saw (pg_stat_statements,
+//    pg_stat_database);
+//  - akadzed enqueue-to-start latency at steady arrival rates, with and
+//    without LISTEN/NOTIFY: the enqueuer's wall clock at the INSERT (in the
+//    job's args) against the plugin's wall clock when handle() starts;
+//  - Graphile Worker (batched and default mode) and pg-boss burn-downs, and
+//    Graphile Worker's latency, through bench/peers/peer_worker.mjs;
+//  - the ceiling: pgbench with a one-row UPDATE ... RETURNING per
+//    transaction at 2, 4 and 8 clients.
+//
+// It prints one table with the ratios and writes results.md, results.json,
+// details.txt (top statements, settings) and throughput.dat (for
+// throughput.gp) to $AKADZED_BENCH_OUT.
+//
+// Environment (set by the run script): PGHOST (the socket directory),
+// PGPORT, PGUSER, AKADZED_BIN, AKADZED_NOOP_PLUGIN, AKADZED_PEERS_DIR,
+// AKADZED_BENCH_OUT, AKADZED_PG_DATA.
+// Options: --jobs N --rates R1,R2 --latency-seconds S --pgbench-seconds S
+//          --slots N --shell-slots N --poll-interval DURATION --handlers plugin,shell
+//          --shell-jobs N (the shell burn-down's jobs; default: --jobs)
+//          --daemons N (akadzed processes in a burn-down, each with --slots)
+//          --only akadzed,latency,graphile,graphile-latency,pgboss,pgbench
+import { spawn, execFileSync } from "node:child_process";
+import fs from "node:fs";
+import { createRequire } from "node:module";
+import os from "node:os";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+
+const require = createRequire(`${process.env.AKADZED_PEERS_DIR}/package.json`);
+const pg = require("pg");
+
+// ---- options ----
+
+const defaults = {
+  jobs: 100000,
+  rates: "200,1000",
+  "latency-seconds": 20,
+  "pgbench-seconds": 10,
+  slots: 1000,
+  "shell-slots": 8,
+  "poll-interval": "100ms",
+  handlers: "plugin,shell",
+  "shell-jobs": 0,
+  daemons: 1,
+  only: "akadzed,latency,graphile,graphile-latency,pgboss,pgbench",
+};
+const opts = { ...defaults };
+for (let i = 2; i < process.argv.length; i += 2) {
+  const key = process.argv[i].replace(/^--/, "");
+  if (!(key in defaults) || i + 1 >= process.argv.length) {
+    console.error(`unknown option or missing value: ${process.argv[i]}`);
+    process.exit(2);
+  }
+  opts[key] = process.argv[i + 1];
+}
+const N = Number(opts.jobs);
+const rates = String(opts.rates).split(",").map(Number);
+const only = new Set(String(opts.only).split(","));
+const outDir = process.env.AKADZED_BENCH_OUT;
+fs.mkdirSync(outDir, { recursive: true });
+const peerWorker = path.join(path.dirname(fileURLToPath(import.meta.url)), "../peers/peer_worker.mjs");
+const clkTck = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim());
+const details = [];
+const note = (line) => {
+  details.push(line);
+  console.log(line);
+};
+
+// ---- small helpers ----
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const wallMs = () => performance.timeOrigin + performance.now();
+const load = () => fs.readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+const connection = (database) => ({
+  host: process.env.PGHOST,
+  port: Number(process.env.PGPORT),
+  user: process.env.PGUSER,
+  database,
+});
+const conninfo = (database) =>
+  `host=${process.env.PGHOST} port=${process.env.PGPORT} user=${process.env.PGUSER} dbname=${database}`;
+
+async function connect(database) {
+  const client = new pg.Client(connection(database));
+  await client.connect();
+  return client;
+}
+
+// utime, stime (and the reaped children's cutime, cstime) of `pid`, seconds.
+function cpuSeconds(pid, withChildren = false) {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  // fields[0] is field 3 (state): utime is field 14, stime 15, cutime 16, cstime 17.
+  let ticks = Number(fields[11]) + Number(fields[12]);
+  if (withChildren) ticks += Number(fields[13]) + Number(fields[14]);
+  return ticks / clkTck;
+}
+
+function vmHwmMb(pid) {
+  const line = fs.readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith("VmHWM:"));
+  return Number(line.split(/\s+/)[1]) / 1024;
+}
+
+// The server's CPU: the postmaster with its exited children, plus the live ones.
+function serverCpuSeconds() {
+  const postmaster = Number(fs.readFileSync(path.join(process.env.AKADZED_PG_DATA, "postmaster.pid"), "utf8").split("\n")[0]);
+  let total = cpuSeconds(postmaster, true);
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const fields = fs.readFileSync(`/proc/${entry}/stat`, "utf8").split(") ")[1].split(" ");
+      if (Number(fields[1]) === postmaster) total += (Number(fields[11]) + Number(fields[12])) / clkTck;
+    } catch {
+      // the process ended meanwhile
+    }
+  }
+  return total;
+}
+
+function percentile(sorted, p) {
+  if (sorted.length === 0) return NaN;
+  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[rank];
+}
+
+function latencySummary(latencies) {
+  const sorted = [...latencies].sort((a, b) => a - b);
+  return {
+    count: sorted.length,
+    p50: percentile(sorted, 50),
+    p95: percentile(sorted, 95),
+    p99: percentile(sorted, 99),
+    max: sorted[sorted.length - 1],
+  };
+}
+
+// Waits until `condition()` resolves true, checking every `everyMs`.
+async function waitFor(condition, everyMs, timeoutMs, what) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await condition()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+// How long a burn-down of `jobs` may take: at least 50 jobs/s.
+const burnDownTimeoutMs = (jobs = N) => 60000 + jobs * 20;
+
+// Children still running; killed if the driver exits early.
+const liveChildren = new Set();
+process.on("exit", () => liveChildren.forEach((child) => child.kill("SIGKILL")));
+
+// A child process whose output is kept; `ready` resolves at a line containing `readyText`.
+function startChild(argv, env, name, readyText) {
+  const child = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  liveChildren.add(child);
+  child.on("exit", () => liveChildren.delete(child));
+  let output = "";
+  let resolveReady;
+  const ready = new Promise((resolve) => (resolveReady = resolve));
+  const onData = (data) => {
+    output += data.toString();
+    if (readyText && output.includes(readyText)) resolveReady();
+  };
+  child.stdout.on("data", onData);
+  child.stderr.on("data", onData);
+  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? 128 + os.constants.signals[signal])));
+  if (!readyText) resolveReady();
+  return { child, ready, exited, output: () => output, name };
+}
+
+async function stopChild(proc, timeoutMs = 30000) {
+  proc.child.kill("SIGTERM");
+  const code = await Promise.race([proc.exited, sleep(timeoutMs).then(() => "timeout")]);
+  if (code === "timeout") {
+    proc.child.kill("SIGKILL");
+    throw new Error(`${proc.name} did not stop within ${timeoutMs} ms:\n${proc.output().slice(-2000)}`);
+  }
+  return code;
+}
+
+// ---- what the server saw: statements and commits per database ----
+
+// Driver queries carry this comment so that they can be told apart.
+const TAG = "/* akadzed-bench */";
+
+async function serverCounters(admin, database) {
+  const commits = await admin.query(
+    `${TAG} SELECT xact_commit::int8 AS commits, xact_rollback::int8 AS rollbacks FROM pg_stat_database WHERE datname = $1`,
+    [database]);
+  const statements = await admin.query(
+    `${TAG} SELECT coalesce(sum(calls), 0)::int8 AS calls FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+      WHERE d.datname = $1 AND s.query NOT LIKE '%akadzed-bench%'`,
+    [database]);
+  return { commits: Number(commits.rows[0].commits), rollbacks: Number(commits.rows[0].rollbacks), calls: Number(statements.rows[0].calls) };
+}
+
+async function topStatements(admin, database, limit = 8) {
+  const result = await admin.query(
+    `${TAG} SELECT calls, rows, round(total_exec_time::numeric, 1) AS total_ms, round(mean_exec_time::numeric, 3) AS mean_ms,
+            round(total_plan_time::numeric, 1) AS plan_ms,
+            left(regexp_replace(query, '\\s+', ' ', 'g'), 150) AS query
+       FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+      WHERE d.datname = $1 AND s.query NOT LIKE '%akadzed-bench%' ORDER BY total_exec_time DESC LIMIT $2`,
+    [database, limit]);
+  return result.rows;
+}
+
+// Runs `body` between two readings of the counters; `driverQueries()` says how
+// many autocommit statements the driver itself sent to `database` meanwhile
+// (they count as commits in pg_stat_database).
+async function withServerCounters(admin, database, body) {
+  await admin.query(`${TAG} SELECT pg_stat_statements_reset()`);
+  await sleep(1100);  // pending statistics of earlier runs are flushed
+  const before = await serverCounters(admin, database);
+  const cpuBefore = serverCpuSeconds();
+  const result = await body();
+  const serverCpu = serverCpuSeconds() - cpuBefore;
+  await sleep(1100);
+  const after = await serverCounters(admin, database);
+  const jobs = result.jobs;
+  result.server_cpu_s = serverCpu;
+  result.statements_per_job = (after.calls - before.calls) / jobs;
+  result.commits_per_job = (after.commits - before.commits - (result.driver_queries ?? 0)) / jobs;
+  result.rollbacks = after.rollbacks - before.rollbacks;
+  result.top = await topStatements(admin, database);
+  return result;
+}
+
+function printTop(label, top) {
+  note(`  top statements of ${label} (pg_stat_statements, by total execution time):`);
+  for (const row of top) {
+    note(`    calls=${row.calls} rows=${row.rows} total_ms=${row.total_ms} mean_ms=${row.mean_ms} plan_ms=${row.plan_ms} | ${row.query}`);
+  }
+}
+
+// ---- steady arrivals ----
+
+// Calls `enqueue(k)` for k = 0 .. rate*seconds-1 at `rate` per second on a
+// fixed schedule (not waiting for earlier calls); resolves when all are done.
+async function steadyArrivals(rate, seconds, enqueue) {
+  const total = Math.round(rate * seconds);
+  const inflight = [];
+  const start = wallMs() + 20;
+  for (let k = 0; k < total; ++k) {
+    const wait = start + (k * 1000) / rate - wallMs();
+    if (wait >= 1) await sleep(wait);
+    inflight.push(enqueue(k));
+  }
+  await Promise.all(inflight);
+  return total;
+}
+
+// ---- akadzed ----
+
+const AKADZED_DB = "akadzed";
+
+function akadzedConfig({ handler, slots, pollInterval, listen, record }) {
+  const plugin = record
+    ? `{path: "${process.env.AKADZED_NOOP_PLUGIN}", config: {record: "${record}"}}`
+    : `{path: "${process.env.AKADZED_NOOP_PLUGIN}"}`;
+  return [
+    `database: {url: "${conninfo(AKADZED_DB)}"}`,
+    "worker:",
+    `  poll_interval: ${pollInterval}`,
+    `  listen_notify: ${listen}`,
+    "queues:",
+    `  - {name: bench, slots: ${slots}}`,
+    "handlers:",
+    handler === "shell" ? '  noop: {shell: {command: ["/bin/true"]}}' : `  noop: {plugin: ${plugin}}`,
+    "pruning: {enabled: false}",
+    "logging: {level: warn}",
+    // Metrics stay on, as in production, on a free port: several daemons
+    // (--daemons) and other programs on this machine may run at once.
+    'metrics: {listen: "127.0.0.1:0"}',
+    "",
+  ].join("\n");
+}
+
+function startDaemon(name, config) {
+  const file = path.join(outDir, `${name}.yaml`);
+  fs.writeFileSync(file, config);
+  return startChild([process.env.AKADZED_BIN, "run", "--config", file], {}, `akadzed (${name})`, null);
+}
+
+async function akadzedBurnDown(admin, db, handler) {
+  const slots = handler === "shell" ? Number(opts["shell-slots"]) : Number(opts.slots);
+  const N = handler === "shell" && Number(opts["shell-jobs"]) > 0 ? Number(opts["shell-jobs"]) : Number(opts.jobs);
+  await db.query(`${TAG} TRUNCATE akadze.jobs`);
+  await db.query(`${TAG} INSERT INTO akadze.jobs (task, queue) SELECT 'noop', 'bench' FROM generate_series(1, $1)`, [N]);
+  await db.query(`${TAG} VACUUM ANALYZE akadze.jobs`);
+  const loadAvg = load();
+  const result = await withServerCounters(admin, AKADZED_DB, async () => {
+    let polls = 0;
+    const config = akadzedConfig({ handler, slots, pollInterval: opts["poll-interval"], listen: false });
+    const daemons = Array.from({ length: Number(opts.daemons) }, (_, i) => startDaemon(`burn-down-${handler}-${i + 1}`, config));
+    await waitFor(async () => {
+      polls += 1;
+      const left = await db.query(`${TAG} SELECT EXISTS (SELECT 1 FROM akadze.jobs WHERE state = 'queued')
+                                    OR EXISTS (SELECT 1 FROM akadze.jobs WHERE state = 'running') AS left`);
+      const exited = daemons.find((d) => d.child.exitCode !== null);
+      if (exited) throw new Error(`akadzed exited:\n${exited.output().slice(-2000)}`);
+      return !left.rows[0].left;
+    }, 100, burnDownTimeoutMs(N), `akadzed (${handler}) to finish ${N} jobs`);
+    const cpu = daemons.reduce((sum, d) => sum + cpuSeconds(d.child.pid), 0);
+    const hwm = daemons.reduce((sum, d) => sum + vmHwmMb(d.child.pid), 0);
+    for (const d of daemons) await stopChild(d);
+    const row = (await db.query(`${TAG} SELECT count(*) FILTER (WHERE state = 'succeeded')::int8 AS succeeded,
+        extract(epoch FROM max(finished_at) - min(started_at))::float8 AS seconds FROM akadze.jobs`)).rows[0];
+    if (Number(row.succeeded) !== N) throw new Error(`akadzed (${handler}): ${row.succeeded} of ${N} jobs succeeded`);
+    return { jobs: N, seconds: row.seconds, jobs_per_s: N / row.seconds, cpu_s: cpu, vm_hwm_mb: hwm,
+             driver_queries: polls + 1, slots, daemons: Number(opts.daemons) };
+  });
+  result.load = loadAvg;
+  return result;
+}
+
+async function akadzedLatency(db, { rate, listen }) {
+  const seconds = Number(opts["latency-seconds"]);
+  const record = path.join(outDir, `latency-${rate}-${listen ? "listen" : "poll"}.txt`);
+  fs.rmSync(record, { force: true });
+  await db.query(`${TAG} TRUNCATE akadze.jobs`);
+  const daemon = startDaemon(`latency-${rate}-${listen ? "listen" : "poll"}`,
+    akadzedConfig({ handler: "plugin", slots: Number(opts.slots), pollInterval: opts["poll-interval"], listen, record }));
+  await sleep(1500);  // registered, claim loop and listener running
+  const loadAvg = load();
+  const enqueuers = await Promise.all([1, 2, 3, 4].map(() => connect(AKADZED_DB)));
+  // With LISTEN, the producer notifies in the INSERT's own transaction.
+  const sql = listen
+    ? `${TAG} WITH j AS (INSERT INTO akadze.jobs (task, queue, args) VALUES ('noop', 'bench', $1) RETURNING id)
+       SELECT pg_notify('akadze_jobs', 'bench') FROM j`
+    : `${TAG} INSERT INTO akadze.jobs (task, queue, args) VALUES ('noop', 'bench', $1)`;
+  const total = await steadyArrivals(rate, seconds, (k) =>
+    enqueuers[k % enqueuers.length].query(sql, [JSON.stringify({ enqueued_ms: wallMs() })]));
+  await waitFor(async () => fs.existsSync(record) && fs.readFileSync(record, "utf8").split("\n").length > total,
+    100, 60000, "every latency job to start");
+  const cpu = cpuSeconds(daemon.child.pid);
+  await stopChild(daemon);
+  await Promise.all(enqueuers.map((c) => c.end()));
+  // Two origins: the enqueuer's clock when it sent the INSERT (as for the
+  // peers), and the INSERT's transaction start (created_at), which leaves out
+  // the time a query waited in the enqueuer's connection.
+  const enqueued = new Map((await db.query(`${TAG} SELECT id, (args->>'enqueued_ms')::float8 AS sent,
+      extract(epoch FROM created_at)::float8 * 1000 AS created FROM akadze.jobs`)).rows.map((r) => [String(r.id), r]));
+  const fromSend = [];
+  const fromInsert = [];
+  for (const line of fs.readFileSync(record, "utf8").trim().split("\n")) {
+    const [id, startUs] = line.split(" ");
+    fromSend.push(Number(startUs) / 1000 - enqueued.get(id).sent);
+    fromInsert.push(Number(startUs) / 1000 - enqueued.get(id).created);
+  }
+  return { rate, listen, seconds, cpu_s: cpu, load: loadAvg, driver_queries: total + 2,
+           from_insert: latencySummary(fromInsert), ...latencySummary(fromSend) };
+}
+
+// ---- the peers ----
+
+const peerEnv = (database) => ({ PGDATABASE: database });
+
+async function graphilePrepare(jobs) {
+  const { runMigrations, makeWorkerUtils } = require("graphile-worker");
+  const pool = new pg.Pool({ ...connection("graphile"), max: 4 });
+  pool.on("error", (e) => console.error(`pool error: ${e.message}`));
+  pool.on("connect", (client) => client.on("error", (e) => console.error(`connection error: ${e.message}`)));
+  await runMigrations({ pgPool: pool });
+  await pool.query(`${TAG} DELETE FROM graphile_worker._private_jobs`);
+  const utils = await makeWorkerUtils({ pgPool: pool });
+  for (let done = 0; done < jobs; done += 10000) {
+    const chunk = Math.min(10000, jobs - done);
+    await utils.addJobs(Array.from({ length: chunk }, () => ({ identifier: "noop", payload: {} })));
+  }
+  await utils.release();
+  await pool.query(`${TAG} VACUUM ANALYZE graphile_worker._private_jobs`);
+  await pool.end();
+}
+
+// Starts `count` peer worker processes and waits until each is ready.
+async function startPeerWorkers(count, args, database, name) {
+  const workers = [];
+  for (let i = 0; i < count; ++i) {
+    workers.push(startChild(["node", peerWorker, ...args], peerEnv(database), `${name} #${i + 1}`, "ready"));
+  }
+  await Promise.race([Promise.all(workers.map((w) => w.ready)),
+    ...workers.map((w) => w.exited.then((code) => { throw new Error(`${w.name} exited (${code}):\n${w.output()}`); }))]);
+  return workers;
+}
+
+// Stops the workers; returns their CPU seconds, peak memory (sum) and stats.
+async function stopPeerWorkers(workers) {
+  const cpu = workers.reduce((sum, w) => sum + cpuSeconds(w.child.pid), 0);
+  const hwm = workers.reduce((sum, w) => sum + vmHwmMb(w.child.pid), 0);
+  const stats = [];
+  for (const w of workers) {
+    await stopChild(w);
+    const line = w.output().split("\n").find((l) => l.startsWith("{"));
+    if (!line) throw new Error(`${w.name} printed no stats:\n${w.output().slice(-2000)}`);
+    stats.push(JSON.parse(line));
+  }
+  return { cpu_s: cpu, vm_hwm_mb: hwm, stats };
+}
+
+async function graphileBurnDown(admin, mode, processes) {
+  await graphilePrepare(N);
+  const db = await connect("graphile");
+  const loadAvg = load();
+  const result = await withServerCounters(admin, "graphile", async () => {
+    const workers = await startPeerWorkers(processes, ["graphile", mode, "24"], "graphile", `graphile ${mode}`);
+    let polls = 0;
+    let end = 0;
+    // Graphile Worker deletes a job when it completes: the last finish is when
+    // the table is seen empty (checked every 25 ms, so up to 25 ms late).
+    await waitFor(async () => {
+      polls += 1;
+      const left = await db.query(`${TAG} SELECT id FROM graphile_worker._private_jobs ORDER BY id DESC LIMIT 1`);
+      end = wallMs();
+      return left.rows.length === 0;
+    }, 25, burnDownTimeoutMs(), `Graphile Worker (${mode}) to finish ${N} jobs`).catch((e) => {
+      throw new Error(`${e.message}; its output:\n${workers.map((w) => w.output().slice(-3000)).join("\n")}`);
+    });
+    const stopped = await stopPeerWorkers(workers);
+    const first = Math.min(...stopped.stats.filter((s) => s.first_start_ms).map((s) => s.first_start_ms));
+    const ran = stopped.stats.reduce((sum, s) => sum + s.jobs, 0);
+    if (ran < N) throw new Error(`Graphile Worker (${mode}) ran ${ran} of ${N} jobs`);
+    const seconds = (end - first) / 1000;
+    return { jobs: N, seconds, jobs_per_s: N / seconds, cpu_s: stopped.cpu_s, vm_hwm_mb: stopped.vm_hwm_mb,
+             driver_queries: polls };
+  });
+  await db.end();
+  result.load = loadAvg;
+  result.processes = processes;
+  return result;
+}
+
+async function graphileLatency(rate) {
+  const seconds = Number(opts["latency-seconds"]);
+  await graphilePrepare(0);
+  const { makeWorkerUtils } = require("graphile-worker");
+  const pool = new pg.Pool({ ...connection("graphile"), max: 4 });
+  pool.on("error", (e) => console.error(`pool error: ${e.message}`));
+  pool.on("connect", (client) => client.on("error", (e) => console.error(`connection error: ${e.message}`)));
+  const utils = await makeWorkerUtils({ pgPool: pool });
+  const workers = await startPeerWorkers(1, ["graphile", "default", "24"], "graphile", "graphile latency");
+  await sleep(1500);
+  const loadAvg = load();
+  const total = await steadyArrivals(rate, seconds, () => utils.addJob("noop", { enqueued_ms: wallMs() }));
+  await waitFor(async () => (await pool.query(`${TAG} SELECT count(*)::int AS n FROM graphile_worker._private_jobs`)).rows[0].n === 0,
+    100, 60000, "Graphile Worker to run every latency job");
+  const stopped = await stopPeerWorkers(workers);
+  await utils.release();
+  await pool.end();
+  const latencies = stopped.stats.flatMap((s) => s.latencies_ms);
+  if (latencies.length !== total) throw new Error(`Graphile Worker latency: ${latencies.length} of ${total} jobs seen`);
+  return { rate, listen: true, seconds, cpu_s: stopped.cpu_s, load: loadAvg, ...latencySummary(latencies) };
+}
+
+async function pgbossBurnDown(admin) {
+  const PgBoss = require("pg-boss");
+  const boss = new PgBoss({ ...connection("pgboss"), schedule: false, supervise: false });
+  boss.on("error", (e) => console.error(`pg-boss error: ${e.message}`));
+  await boss.start();
+  await boss.deleteQueue("noop").catch(() => {});
+  await boss.getDb().executeSql(`${TAG} DELETE FROM pgboss.job WHERE name = 'noop'`);
+  await boss.createQueue("noop");
+  for (let done = 0; done < N; done += 10000) {
+    const chunk = Math.min(10000, N - done);
+    await boss.insert(Array.from({ length: chunk }, () => ({ name: "noop", data: {} })));
+  }
+  await boss.stop({ graceful: false, wait: true });
+  const db = await connect("pgboss");
+  await db.query(`${TAG} VACUUM ANALYZE pgboss.job`);
+  const loadAvg = load();
+  const result = await withServerCounters(admin, "pgboss", async () => {
+    const workers = await startPeerWorkers(1, ["pgboss", "4", "10000", "0.5"], "pgboss", "pg-boss");
+    let polls = 0;
+    await waitFor(async () => {
+      polls += 1;
+      const left = await db.query(`${TAG} SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'noop' AND state <> 'completed'`);
+      return left.rows[0].n === 0;
+    }, 100, burnDownTimeoutMs(), `pg-boss to finish ${N} jobs`).catch((e) => {
+      throw new Error(`${e.message}; its output:\n${workers[0].output().slice(-3000)}`);
+    });
+    const stopped = await stopPeerWorkers(workers);
+    // pg-boss keeps completed jobs: its own timestamps, like akadzed's.
+    const row = (await db.query(`${TAG} SELECT count(*)::int8 AS n,
+        extract(epoch FROM max(completed_on) - min(started_on))::float8 AS seconds
+        FROM pgboss.job WHERE name = 'noop' AND state = 'completed'`)).rows[0];
+    if (Number(row.n) !== N) throw new Error(`pg-boss: ${row.n} of ${N} jobs completed`);
+    return { jobs: N, seconds: row.seconds, jobs_per_s: N / row.seconds, cpu_s: stopped.cpu_s,
+             vm_hwm_mb: stopped.vm_hwm_mb, driver_queries: polls + 1 };
+  });
+  await db.end();
+  result.load = loadAvg;
+  return result;
+}
+
+// ---- the ceiling: pgbench ----
+
+async function pgbenchCeiling(admin) {
+  const db = await connect("pgbench");
+  await db.query(`${TAG} DROP TABLE IF EXISTS bench_rows`);
+  await db.query(`${TAG} CREATE TABLE bench_rows (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0)`);
+  await db.query(`${TAG} INSERT INTO bench_rows (id) SELECT generate_series(1, 100000)`);
+  await db.query(`${TAG} VACUUM ANALYZE bench_rows`);
+  await db.end();
+  const script = path.join(outDir, "update_returning.sql");
+  fs.writeFileSync(script, "\\set id random(1, 100000)\nUPDATE bench_rows SET n = n + 1 WHERE id = :id RETURNING n;\n");
+  const results = [];
+  for (const clients of [2, 4, 8]) {
+    const loadAvg = load();
+    const out = execFileSync("pgbench", ["-n", "-M", "prepared", "-f", script, "-c", String(clients), "-j", "2",
+      "-T", String(opts["pgbench-seconds"]), "-h", process.env.PGHOST, "-p", process.env.PGPORT,
+      "-U", process.env.PGUSER, "pgbench"]).toString();
+    const tps = Number(/tps = ([\d.]+)/.exec(out)[1]);
+    results.push({ clients, tps, load: loadAvg });
+    note(`pgbench UPDATE ... RETURNING, ${clients} clients: ${tps.toFixed(0)} tps (load ${loadAvg})`);
+  }
+  return results;
+}
+
+// ---- the report ----
+
+// The burn-downs: their key in the results, row label and bar label (gnuplot: \n breaks).
+const BURN_DOWNS = [
+  { key: "akadzed_plugin", label: "akadzed, no-op plugin", bar: "akadzed\\nplugin" },
+  { key: "akadzed_shell", label: "akadzed, /bin/true shell", bar: "akadzed\\n/bin/true" },
+  { key: "graphile_batched", label: "Graphile Worker 0.17.3, batched (2 processes)", bar: "Graphile\\nbatched" },
+  { key: "graphile_default", label: "Graphile Worker 0.17.3, default (2 processes)", bar: "Graphile\\ndefault" },
+  { key: "pgboss", label: "pg-boss 10.4.2 (4 x work(), batchSize 10,000)", bar: "pg-boss" },
+];
+
+const fmt = (v, digits = 0) => (v === undefined || Number.isNaN(v) ? "-" : Number(v).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }));
+const ratio = (a, b) => (a && b ? `${(a / b).toFixed(2)}x` : "-");
+
+function report(r) {
+  const lines = [];
+  const fastestPeer = Math.max(r.graphile_batched?.jobs_per_s ?? 0, r.graphile_default?.jobs_per_s ?? 0, r.pgboss?.jobs_per_s ?? 0);
+  const ceiling = r.pgbench ? Math.max(...r.pgbench.map((p) => p.tps)) : undefined;
+  const plugin = r.akadzed_plugin?.jobs_per_s;
+  lines.push(`End-to-end throughput, ${N.toLocaleString("en-US")} jobs (${new Date().toISOString()}, ${os.cpus().length} cores)`);
+  lines.push("");
+  lines.push("| burn-down | jobs/s | seconds | akadzed plugin / this | client CPU s | server CPU s | peak RSS MB | statements/job | commits/job | load (1/5/15 min) |");
+  lines.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+  for (const { key, label } of BURN_DOWNS) {
+    const x = r[key];
+    if (!x) continue;
+    const jobs = x.jobs === N ? "" : ` (${x.jobs.toLocaleString("en-US")} jobs)`;
+    lines.push(`| ${label}${jobs} | ${fmt(x.jobs_per_s)} | ${fmt(x.seconds, 2)} | ${ratio(plugin, x.jobs_per_s)} | ${fmt(x.cpu_s, 2)} | ${fmt(x.server_cpu_s, 2)} | ${fmt(x.vm_hwm_mb, 1)} | ${fmt(x.statements_per_job, 3)} | ${fmt(x.commits_per_job, 3)} | ${x.load} |`);
+  }
+  if (ceiling) {
+    const best = r.pgbench.reduce((a, b) => (b.tps > a.tps ? b : a));
+    lines.push(`| ceiling: pgbench 1-row UPDATE ... RETURNING, 1 commit each (best of ${r.pgbench.map((p) => p.clients).join("/")} clients: ${best.clients}) | ${fmt(ceiling)} | - | ${ratio(plugin, ceiling)} | - | - | - | 1 | 1 | ${best.load} |`);
+  }
+  lines.push("");
+  if (r.latency?.length) {
+    lines.push("| enqueue-to-start latency | rate/s | jobs | p50 ms | p95 ms | p99 ms | max ms | from the INSERT's start: p50 / p99 ms | load (1/5/15 min) |");
+    lines.push("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    for (const x of r.latency) {
+      const who = x.system === "graphile" ? "Graphile Worker 0.17.3 (LISTEN/NOTIFY)" : `akadzed, ${x.listen ? "LISTEN/NOTIFY" : `polling every ${opts["poll-interval"]}`}`;
+      lines.push(`| ${who} | ${x.rate} | ${x.count} | ${fmt(x.p50, 2)} | ${fmt(x.p95, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.max, 2)} | ${x.from_insert ? `${fmt(x.from_insert.p50, 2)} / ${fmt(x.from_insert.p99, 2)}` : "-"} | ${x.load} |`);
+    }
+    lines.push("");
+  }
+  lines.push("Targets:");
+  if (plugin && fastestPeer) {
+    lines.push(`- burn-down >= 2x the faster peer: ${fmt(plugin)} vs 2 x ${fmt(fastestPeer)} = ${fmt(2 * fastestPeer)} jobs/s: ${plugin >= 2 * fastestPeer ? "met" : `MISSED (${ratio(plugin, fastestPeer)} the faster peer)`}`);
+  }
+  const graphile = r.latency?.find((x) => x.system === "graphile");
+  for (const x of r.latency ?? []) {
+    if (x.system !== "akadzed") continue;
+    if (x.listen && graphile && x.rate === graphile.rate) {
+      const met = x.p50 < graphile.p50 && x.p99 < graphile.p99;
+      lines.push(`- latency with LISTEN at ${x.rate}/s below Graphile Worker's p50 and p99: p50 ${fmt(x.p50, 2)} vs ${fmt(graphile.p50, 2)} ms, p99 ${fmt(x.p99, 2)} vs ${fmt(graphile.p99, 2)} ms: ${met ? "met" : "MISSED"}`);
+    }
+    if (!x.listen) {
+      const pollMs = Number(/^(\d+)ms$/.exec(opts["poll-interval"])?.[1] ?? NaN);
+      lines.push(`- latency without LISTEN at ${x.rate}/s <= the poll interval (${opts["poll-interval"]}): p99 ${fmt(x.p99, 2)} ms, max ${fmt(x.max, 2)} ms: ${x.p99 <= pollMs ? "met (p99)" : "MISSED"}`);
+    }
+  }
+  if (plugin && ceiling && r.akadzed_plugin) {
+    lines.push(`- akadzed (plugin) against the ceiling: ${fmt(plugin)} jobs/s = ${(100 * plugin / ceiling).toFixed(1)}% of ${fmt(ceiling)} one-row commits/s, with ${fmt(r.akadzed_plugin.statements_per_job, 3)} statements and ${fmt(r.akadzed_plugin.commits_per_job, 3)} commits per job`);
+  }
+  return lines.join("\n");
+}
+
+// ---- main ----
+
+async function main() {
+  const admin = await connect("postgres");
+  await admin.query(`${TAG} CREATE EXTENSION IF NOT EXISTS pg_stat_statements`);
+  for (const db of [AKADZED_DB, "graphile", "pgboss", "pgbench"]) {
+    const exists = await admin.query(`${TAG} SELECT 1 FROM pg_database WHERE datname = $1`, [db]);
+    if (exists.rows.length === 0) await admin.query(`${TAG} CREATE DATABASE ${db}`);
+  }
+  if (only.has("akadzed") || only.has("latency")) {
+    execFileSync(process.env.AKADZED_BIN, ["migrate", "--database-url", conninfo(AKADZED_DB)], { stdio: "inherit" });
+  }
+  note(`jobs=${N} daemons=${opts.daemons} slots=${opts.slots} shell-slots=${opts["shell-slots"]} poll_interval=${opts["poll-interval"]} load=${load()}`);
+  const results = { jobs: N, options: opts, started: new Date().toISOString(), latency: [] };
+  const db = await connect(AKADZED_DB);
+  const save = () => fs.writeFileSync(path.join(outDir, "results.json"), JSON.stringify(results, null, 2));
+
+  if (only.has("akadzed")) {
+    for (const handler of String(opts.handlers).split(",")) {
+      const r = await akadzedBurnDown(admin, db, handler);
+      results[`akadzed_${handler}`] = r;
+      note(`akadzed ${handler}: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, daemon CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, VmHWM ${fmt(r.vm_hwm_mb, 1)} MB, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
+      printTop(`akadzed ${handler}`, r.top);
+      save();
+    }
+  }
+  if (only.has("latency")) {
+    for (const rate of rates) {
+      for (const listen of [true, false]) {
+        const r = { system: "akadzed", ...(await withServerCounters(admin, AKADZED_DB, async () => {
+          const measured = await akadzedLatency(db, { rate, listen });
+          return { ...measured, jobs: measured.count };
+        })) };
+        results.latency.push(r);
+        note(`akadzed latency ${rate}/s ${listen ? "listen" : "poll"}: p50 ${fmt(r.p50, 2)} p95 ${fmt(r.p95, 2)} p99 ${fmt(r.p99, 2)} max ${fmt(r.max, 2)} ms, ${r.count} jobs, daemon CPU ${fmt(r.cpu_s, 2)} s, ${fmt(r.statements_per_job, 2)} statements/job (load ${r.load})`);
+        printTop(`akadzed latency ${rate}/s ${listen ? "listen" : "poll"}`, r.top);
+        save();
+      }
+    }
+  }
+  if (only.has("graphile")) {
+    for (const mode of ["batched", "default"]) {
+      const r = await graphileBurnDown(admin, mode, 2);
+      results[`graphile_${mode}`] = r;
+      note(`Graphile Worker ${mode}: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
+      save();
+    }
+  }
+  if (only.has("graphile-latency")) {
+    const r = { system: "graphile", ...(await graphileLatency(rates[0])) };
+    results.latency.push(r);
+    note(`Graphile Worker latency ${r.rate}/s: p50 ${fmt(r.p50, 2)} p95 ${fmt(r.p95, 2)} p99 ${fmt(r.p99, 2)} max ${fmt(r.max, 2)} ms (load ${r.load})`);
+    save();
+  }
+  if (only.has("pgboss")) {
+    const r = await pgbossBurnDown(admin);
+    results.pgboss = r;
+    note(`pg-boss: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
+    save();
+  }
+  if (only.has("pgbench")) {
+    results.pgbench = await pgbenchCeiling(admin);
+    save();
+  }
+  await db.end();
+  await admin.end();
+
+  const table = report(results);
+  console.log(`\n${table}`);
+  fs.writeFileSync(path.join(outDir, "results.md"), `${table}\n`);
+  fs.writeFileSync(path.join(outDir, "details.txt"), `${details.join("\n")}\n`);
+  const bars = BURN_DOWNS.filter(({ key }) => results[key]).map(({ key, bar }) => [bar, results[key]]);
+  fs.writeFileSync(path.join(outDir, "plot-note.txt"),
+    `${N.toLocaleString("en-US")} jobs, ${results.started.slice(0, 16).replace("T", " ")} UTC, load ${results.akadzed_plugin?.load ?? load()}`);
+  fs.writeFileSync(path.join(outDir, "throughput.dat"),
+    bars.map(([label, x]) => `"${label}" ${x.jobs_per_s.toFixed(0)}`).join("\n") + "\n");
+}
+
+main().catch((e) => {
+  console.error(e.stack ?? String(e));
+  process.exit(1);
+});
