@@ -90,7 +90,11 @@ Clock::time_point QueueRunner::last_round() const {
 
 void QueueRunner::ClaimLoop() {
   std::mt19937_64 rng(std::random_device{}());
-  std::uniform_real_distribution<double> jitter(0.9, 1.1);
+  // Rounds start at most poll_interval apart, timed from each round's start
+  // (not from the claim's end), jittered down to 80% so that daemons started
+  // together drift apart: a job that nothing wakes for waits at most
+  // poll_interval plus one claim for its round.
+  std::uniform_real_distribution<double> jitter(0.8, 1.0);
   const auto poll = std::chrono::microseconds(timings_.poll_interval_us);
   // After an error the wait doubles from poll_interval up to 30 s, jittered.
   RetryBackoff backoff(poll, std::max<std::chrono::microseconds>(poll, std::chrono::seconds(30)));
@@ -100,10 +104,11 @@ void QueueRunner::ClaimLoop() {
   std::optional<std::string> in_doubt_worker;
   for (;;) {
     int free_slots;
+    Clock::time_point round_start;
     {
       std::lock_guard lock(mu_);
       if (!claiming_) break;
-      last_round_ = Clock::now();
+      round_start = last_round_ = Clock::now();
       free_slots = queue_.slots - busy_;
       wake_ = false;
     }
@@ -121,7 +126,12 @@ void QueueRunner::ClaimLoop() {
           hooks_->Fire(c, "queued", ids);
         };
       }
-      auto back_off = [&] { delay = backoff.Next(); };
+      // After a failure the backoff counts from now: a claim that failed after
+      // a long connect timeout still waits the whole backoff.
+      auto back_off = [&] {
+        delay = backoff.Next();
+        round_start = Clock::now();
+      };
       try {
         if (in_doubt_worker) {
           ReleaseInDoubtClaim(*in_doubt_worker);
@@ -167,8 +177,9 @@ void QueueRunner::ClaimLoop() {
     }
     if (full) continue;
     std::unique_lock lock(mu_);
-    // A slot freed since the claim counts as a wake-up.
-    claim_cv_.wait_for(lock, delay, [&] {
+    // A slot freed since the claim counts as a wake-up. The wait ends `delay`
+    // after the round started: the claim's own time is part of the interval.
+    claim_cv_.wait_until(lock, round_start + delay, [&] {
       return !claiming_ || wake_ || (queue_.slots - busy_ > free_slots && lease_.held());
     });
   }
