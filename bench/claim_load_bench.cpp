@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -64,6 +65,12 @@ struct Settings {
   int claimers = 10;
   int slots = 4;
   std::string mode = "both";
+  // "finisher": one thread with its own connection finishes every claimer's
+  // jobs as they come due, in batches, as the daemon's finisher does apart
+  // from its claim loops. "inline": each claimer finishes its own due jobs
+  // after each of its claims, so a job's slot stays taken until its
+  // claimer's next claim returns.
+  std::string finish = "finisher";
 };
 
 struct LoadResult {
@@ -77,6 +84,10 @@ struct LoadResult {
   double drained_s = -1;          // when the last job was taken, if the queue emptied
   double claim_p50_ms = 0;
   double claim_p99_ms = 0;
+  // Per claim, from ClaimResult: what a claim costs under contention.
+  std::int64_t windows = 0;
+  std::int64_t rows_read = 0;
+  std::int64_t keys_lost = 0;  // keys skipped because another claim held them
 };
 
 
@@ -94,6 +105,10 @@ void Fill(pg::Connection& conn, int jobs) {
       " FROM generate_series(1, $1::int)",
       pg::Params().add(jobs).add(kKeys));
   conn.exec("VACUUM ANALYZE akadze.jobs");
+}
+
+double PerClaim(std::int64_t total, std::int64_t claims) {
+  return claims == 0 ? 0.0 : static_cast<double>(total) / static_cast<double>(claims);
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -118,45 +133,89 @@ LoadResult RunMode(const std::string& conninfo, ClaimMode mode, const Settings& 
   Clock::time_point last_taken{};
   const auto started = Clock::now();
 
+  struct Held {
+    std::int64_t id;
+    std::int32_t run_count;
+    Clock::time_point due;
+  };
+  // Finishes `held` jobs (all, or those due) of one worker on `conn`; returns
+  // how many it finished and removes them from `held`.
+  auto finish_due = [&](pg::Connection& conn, const std::string& worker, std::vector<Held>& held, bool all) {
+    const auto now = Clock::now();
+    std::vector<FinishRequest> requests;
+    auto due_end = std::partition(held.begin(), held.end(), [&](const Held& h) { return all || h.due <= now; });
+    for (auto it = held.begin(); it != due_end; ++it) {
+      JobOutcome ok;
+      ok.kind = OutcomeKind::kSuccess;
+      requests.push_back({it->id, it->run_count, ok});
+    }
+    held.erase(held.begin(), due_end);
+    if (requests.empty()) return;
+    std::int64_t applied = 0;
+    for (const FinishResult& r : FinishJobs(conn, worker, requests)) applied += r.applied ? 1 : 0;
+    if (applied != static_cast<std::int64_t>(requests.size())) {
+      std::lock_guard<std::mutex> lock(mu);
+      out.errors.push_back("a finish was not applied");
+    }
+    if (!stop.load()) {
+      taken += applied;
+      std::lock_guard<std::mutex> lock(mu);
+      last_taken = Clock::now();
+    }
+  };
+
+  // With the finisher: claimed jobs per worker, handed over by the claimers.
+  std::mutex handed_mu;
+  std::condition_variable handed_cv;    // a claimer handed jobs over
+  std::condition_variable finished_cv;  // the finisher finished jobs
+  std::map<std::string, std::vector<Held>> handed;  // guarded by handed_mu
+  std::atomic<bool> claimers_done{false};
+  auto finisher = [&] {
+    try {
+      pg::Connection conn = pg::Connection::Open(conninfo, "claim_load_bench");
+      std::map<std::string, std::vector<Held>> mine;
+      for (;;) {
+        {
+          std::unique_lock lock(handed_mu);
+          Clock::time_point next = Clock::now() + std::chrono::milliseconds(5);
+          for (const auto& [w, jobs] : mine) {
+            for (const Held& h : jobs) next = std::min(next, h.due);
+          }
+          // Pacing until the next job comes due; new jobs wake it.
+          handed_cv.wait_until(lock, next, [&] {
+            for (const auto& [w, jobs] : handed) {
+              if (!jobs.empty()) return true;
+            }
+            return claimers_done.load();
+          });
+          for (auto& [w, jobs] : handed) {
+            auto& into = mine[w];
+            into.insert(into.end(), jobs.begin(), jobs.end());
+            jobs.clear();
+          }
+        }
+        const bool last = claimers_done.load();
+        for (auto& [w, jobs] : mine) finish_due(conn, w, jobs, last);
+        finished_cv.notify_all();
+        if (last) break;
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      out.errors.push_back(std::string("finisher: ") + e.what());
+    }
+  };
+
   auto claimer = [&](int n) {
     try {
       pg::Connection conn = pg::Connection::Open(conninfo, "claim_load_bench");
       std::mt19937 rng(static_cast<unsigned>(n + 1));
       std::uniform_int_distribution<int> hold_us(0, 5000);
       const std::string worker = RandomUuid();
-      struct Held {
-        std::int64_t id;
-        std::int32_t run_count;
-        Clock::time_point due;
-      };
+      const bool inline_finish = st.finish == "inline";
       std::vector<Held> held;
       std::vector<std::int64_t> my_ids;
       std::vector<double> my_ms;
-      std::int64_t my_claims = 0, my_empty = 0;
-      auto finish = [&](bool all) {
-        const auto now = Clock::now();
-        std::vector<FinishRequest> requests;
-        auto due_end = std::partition(held.begin(), held.end(),
-                                      [&](const Held& h) { return all || h.due <= now; });
-        for (auto it = held.begin(); it != due_end; ++it) {
-          JobOutcome ok;
-          ok.kind = OutcomeKind::kSuccess;
-          requests.push_back({it->id, it->run_count, ok});
-        }
-        held.erase(held.begin(), due_end);
-        if (requests.empty()) return;
-        std::int64_t applied = 0;
-        for (const FinishResult& r : FinishJobs(conn, worker, requests)) applied += r.applied ? 1 : 0;
-        if (applied != static_cast<std::int64_t>(requests.size())) {
-          std::lock_guard<std::mutex> lock(mu);
-          out.errors.push_back("a finish was not applied");
-        }
-        if (!stop.load()) {
-          taken += applied;
-          std::lock_guard<std::mutex> lock(mu);
-          last_taken = Clock::now();
-        }
-      };
+      std::int64_t my_claims = 0, my_empty = 0, my_windows = 0, my_rows = 0, my_lost = 0;
       while (!stop.load()) {
         ClaimRequest request;
         request.queue = "load";
@@ -167,24 +226,47 @@ LoadResult RunMode(const std::string& conninfo, ClaimMode mode, const Settings& 
         ClaimResult r = RunClaim(conn, request);
         my_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
         ++my_claims;
+        my_windows += r.windows;
+        my_rows += r.rows_read;
+        my_lost += r.keys_locked_elsewhere;
+        std::vector<Held> claimed;
         for (const ClaimedJob& j : r.jobs) {
           my_ids.push_back(j.id);
-          held.push_back({j.id, j.run_count, Clock::now() + std::chrono::microseconds(hold_us(rng))});
+          claimed.push_back({j.id, j.run_count, Clock::now() + std::chrono::microseconds(hold_us(rng))});
         }
-        finish(false);
+        if (inline_finish) {
+          held.insert(held.end(), claimed.begin(), claimed.end());
+          finish_due(conn, worker, held, false);
+        } else if (!claimed.empty()) {
+          std::lock_guard lock(handed_mu);
+          auto& to = handed[worker];
+          to.insert(to.end(), claimed.begin(), claimed.end());
+          handed_cv.notify_one();
+        }
         if (r.jobs.empty()) {
           ++my_empty;
+          // Pacing, nothing waits on it for correctness: until one of this
+          // claimer's jobs comes due (inline), or the finisher frees slots,
+          // at most 5 ms.
           auto next = Clock::now() + std::chrono::milliseconds(5);
-          for (const Held& h : held) next = std::min(next, h.due);
-          std::this_thread::sleep_until(next);  // pacing: nothing to claim, nothing due
+          if (inline_finish) {
+            for (const Held& h : held) next = std::min(next, h.due);
+            std::this_thread::sleep_until(next);
+          } else {
+            std::unique_lock lock(handed_mu);
+            finished_cv.wait_until(lock, next);
+          }
         }
       }
-      finish(true);
+      if (inline_finish) finish_due(conn, worker, held, true);
       std::lock_guard<std::mutex> lock(mu);
       claimed_ids.insert(claimed_ids.end(), my_ids.begin(), my_ids.end());
       claim_ms.insert(claim_ms.end(), my_ms.begin(), my_ms.end());
       claims += my_claims;
       empty_claims += my_empty;
+      out.windows += my_windows;
+      out.rows_read += my_rows;
+      out.keys_lost += my_lost;
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(mu);
       out.errors.push_back(std::string("claimer: ") + e.what());
@@ -216,10 +298,20 @@ LoadResult RunMode(const std::string& conninfo, ClaimMode mode, const Settings& 
 
   std::vector<std::thread> threads;
   for (int i = 0; i < st.claimers; ++i) threads.emplace_back(claimer, i);
+  std::thread finishing;
+  if (st.finish == "finisher") finishing = std::thread(finisher);
   std::thread sampling(sampler);
   std::this_thread::sleep_until(started + std::chrono::seconds(st.seconds));  // the run's length
   stop = true;
   for (auto& t : threads) t.join();
+  if (finishing.joinable()) {
+    {
+      std::lock_guard lock(handed_mu);
+      claimers_done = true;
+    }
+    handed_cv.notify_one();
+    finishing.join();
+  }
   sampling.join();
 
   out.taken = taken.load();
@@ -246,21 +338,32 @@ int main(int argc, char** argv) {
   app.add_option("--slots", st.slots, "Slots per claim (default 4)")->check(CLI::Range(1, 1000));
   app.add_option("--mode", st.mode, "ordered, fair or both (default)")
       ->check(CLI::IsMember({"ordered", "fair", "both"}));
+  app.add_option("--finish", st.finish,
+                 "finisher (default: one thread finishes due jobs, as the daemon does) or inline (each"
+                 " claimer finishes its own due jobs between its claims)")
+      ->check(CLI::IsMember({"finisher", "inline"}));
+  std::string database;
+  app.add_option("--database", database,
+                 "Conninfo of a database to use instead of a throwaway server (its akadze tables are"
+                 " TRUNCATEd; for profiling with pg_stat_statements)");
   CLI11_PARSE(app, argc, argv);
 
-  auto server = ThrowawayPostgres::Start();
-  const std::string conninfo = server->conninfo();
+  std::unique_ptr<ThrowawayPostgres> server;
+  if (database.empty()) server = ThrowawayPostgres::Start();
+  const std::string conninfo = database.empty() ? server->conninfo() : database;
   {
     pg::Connection conn = pg::Connection::Open(conninfo, "claim_load_bench");
     Migrate(conn);
   }
   std::cout << fmt::format(
       "claim_load_bench: {} claimers, {} s per mode, {} jobs over {} keys (max_running 1-4),"
-      " slots = {}, jobs held 0-5 ms then finished in batches\n\n",
-      st.claimers, st.seconds, st.jobs, kKeys, st.slots);
+      " slots = {}, jobs held 0-5 ms then finished in batches ({})\n\n",
+      st.claimers, st.seconds, st.jobs, kKeys, st.slots,
+      st.finish == "inline" ? "inline: by each claimer between its claims" : "by one finisher thread");
   std::cout << "| mode | jobs taken | jobs/s | seed 0.6.0 | vs seed | drained after | claims | empty claims |"
-               " claim p50 ms | claim p99 ms | samples | overshoots | errors | claimed twice |\n"
-               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+               " claim p50 ms | claim p99 ms | windows/claim | rows read/claim | keys lost/claim | samples |"
+               " overshoots | errors | claimed twice |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   bool failed = false;
   for (ClaimMode mode : {ClaimMode::kOrdered, ClaimMode::kFair}) {
     const bool fair = mode == ClaimMode::kFair;
@@ -268,11 +371,12 @@ int main(int argc, char** argv) {
     LoadResult r = RunMode(conninfo, mode, st);
     const double seed = fair ? kSeedFair : kSeedOrdered;
     std::cout << fmt::format(
-                     "| {} | {} | {:.0f} | {:.0f} | {:.2f}x | {} | {} | {} | {:.2f} | {:.2f} | {} | {} | {} | {} |\n",
+                     "| {} | {} | {:.0f} | {:.0f} | {:.2f}x | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | {} | {} | {} | {} |\n",
                      fair ? "fair" : "ordered", r.taken, static_cast<double>(r.taken) / st.seconds, seed,
                      static_cast<double>(r.taken) / seed,
                      r.drained_s >= 0 ? fmt::format("{:.1f} s", r.drained_s) : std::string("-"), r.claims,
-                     r.empty_claims, r.claim_p50_ms, r.claim_p99_ms, r.samples, r.overshoots,
+                     r.empty_claims, r.claim_p50_ms, r.claim_p99_ms, PerClaim(r.windows, r.claims),
+                     PerClaim(r.rows_read, r.claims), PerClaim(r.keys_lost, r.claims), r.samples, r.overshoots,
                      r.errors.size(), r.claimed_twice)
               << std::flush;
     for (std::size_t i = 0; i < r.errors.size() && i < 5; ++i) std::cerr << "error: " << r.errors[i] << "\n";

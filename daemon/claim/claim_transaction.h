@@ -6,6 +6,10 @@
 // LOCKED (reading on when rows were taken by someone else), mark the jobs
 // running and record their starts, commit.
 //
+// RunClaim's claims of one queue run one at a time: each first waits for the
+// queue's claim lock (a transaction-level advisory lock), holding nothing
+// else. ClaimInTransaction does not take it.
+//
 // Per-key locks are transaction-level advisory locks on the key's name (a key
 // that falls back to the '*' row has no row of its own to lock). The first
 // lock a claim takes may wait; every later one is a try-lock, and a key whose
@@ -88,7 +92,8 @@ struct ClaimResult {
 ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request);
 
 // The same claim inside a transaction the caller owns and ends (dry_run is
-// ignored: the caller commits or rolls back). Ready and aged priorities are
+// ignored: the caller commits or rolls back), without the queue's claim lock:
+// it runs side by side with other claims of the queue. Ready and aged priorities are
 // judged at that transaction's now(). Only the claim's first key lock may
 // wait, so a caller that already holds row or advisory locks can deadlock
 // with another claim; keep the transaction to this claim.
