@@ -1,6 +1,7 @@
 #include "pg/connection.h"
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,33 @@ std::string StatementName(std::string_view sql) {
   std::string word(rest.substr(0, end));
   for (char& c : word) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return word;
+}
+
+// FNV-1a over the statement's text and parameter types: its prepared name.
+std::uint64_t StatementHash(std::string_view sql, const Params& params) {
+  std::uint64_t h = 1469598103934665603ULL;
+  auto mix = [&](const void* data, std::size_t n) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= bytes[i];
+      h *= 1099511628211ULL;
+    }
+  };
+  mix(sql.data(), sql.size());
+  if (const Oid* types = params.type_oids(); types != nullptr) {
+    mix(types, sizeof(Oid) * static_cast<std::size_t>(params.type_count()));
+  }
+  return h;
+}
+
+// Statements prepared per connection at most; past that, the rest run
+// unnamed (the daemon's own statements are a few dozen).
+constexpr std::size_t kMaxPrepared = 512;
+
+// The SQLSTATE of a failed result, or "".
+std::string SqlState(const PGresult* result) {
+  const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+  return state != nullptr ? state : "";
 }
 
 }  // namespace
@@ -74,16 +102,58 @@ Result Connection::exec(std::string_view sql) {
   return check(PQexec(conn_.get(), text.c_str()), sql, false);
 }
 
-Result Connection::exec(std::string_view sql, const Params& params) {
+Result Connection::exec(std::string_view sql, const Params& params) { return ExecParams(sql, params, true); }
+
+Result Connection::exec_replanned(std::string_view sql, const Params& params) {
+  return ExecParams(sql, params, false);
+}
+
+Result Connection::ExecParams(std::string_view sql, const Params& params, bool prepare) {
   std::string text(sql);
   std::vector<const char*> values = params.pointers();
   if (params.type_oids() != nullptr && params.type_count() != params.size()) {
     throw std::invalid_argument("pg::Params: " + std::to_string(params.type_count()) +
                                 " types declared for " + std::to_string(params.size()) + " values");
   }
+  const int types = params.type_oids() != nullptr ? params.type_count() : 0;
+  if (prepare_ && prepare && pooled()) prepare_ = false;
+  prepare = prepare && prepare_;
+  const std::uint64_t hash = prepare ? StatementHash(sql, params) : 0;
+  char name[32];
+  std::snprintf(name, sizeof name, "akadzed_%016llx", static_cast<unsigned long long>(hash));
+  if (prepare && !prepared_.contains(hash) && prepared_.size() < kMaxPrepared) {
+    PGresult* prepared = PQprepare(conn_.get(), name, text.c_str(), types, params.type_oids());
+    if (PQresultStatus(prepared) != PGRES_COMMAND_OK) {
+      // 42P05: the server has this name already, which only a pooler or a
+      // DISCARD behind our back explains: stop preparing on this connection.
+      if (SqlState(prepared) == "42P05") {
+        prepare_ = false;
+        prepared_.clear();
+      }
+      return check(prepared, sql, false);  // throws: the error running it would have given
+    }
+    PQclear(prepared);
+    prepared_.insert(hash);
+  }
+  if (prepare && prepared_.contains(hash)) {
+    PGresult* raw = PQexecPrepared(conn_.get(), name, params.size(), values.data(), nullptr, nullptr, 0);
+    // 26000: the server lost it; 0A000: a migration changed its result type.
+    if (const std::string state = SqlState(raw); state == "26000" || state == "0A000") {
+      prepare_ = false;
+      prepared_.clear();
+    }
+    return check(raw, sql, false);
+  }
   return check(PQexecParams(conn_.get(), text.c_str(), params.size(), params.type_oids(), values.data(),
                             nullptr, nullptr, 0),
                sql, false);
+}
+
+bool Connection::pooled() {
+  if (!pooled_) {
+    pooled_ = exec("SELECT pg_backend_pid()").int64(0, 0) != backend_pid();
+  }
+  return *pooled_;
 }
 
 bool Connection::healthy() const { return conn_ && PQstatus(conn_.get()) == CONNECTION_OK; }

@@ -1,15 +1,27 @@
 // One libpq connection (PGconn), owned, with statement execution that throws
 // the typed errors of pg_error.h.
 //
+// Statements with parameters are prepared on the connection the first time
+// they run and executed by name after that, which saves the server parsing
+// and planning them again (on the claim's statements, planning took twice
+// as long as running them: docs/benchmarks.md). A statement's name is a hash
+// of its text and parameter types, so one name always means one statement.
+// Not through a pooler: a connection whose server process is not the one the
+// login reported (PgBouncer) runs every statement unnamed, as prepared
+// statements would land on whichever server connection the pool gave out.
+//
 // Thread-safety: a Connection must be used by one thread at a time (libpq's
 // rule). Moving it transfers ownership.
 #pragma once
 
 #include <libpq-fe.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
 #include "pg/params.h"
 #include "pg/result.h"
@@ -34,9 +46,23 @@ class Connection {
   // Runs one or more statements without parameters (simple query protocol).
   // Returns the last statement's result. Throws a PgError subclass on failure.
   Result exec(std::string_view sql);
-  // Runs one statement with text-format parameters (extended protocol, unnamed
-  // statement: works through PgBouncer in transaction mode).
+  // Runs one statement with text-format parameters (extended protocol):
+  // prepared on first use and executed by name, or unnamed through a pooler
+  // (see the top of this file). A prepared statement the server no longer
+  // has, or whose result type a migration changed, fails once with the
+  // server's error; the connection runs every statement unnamed after that.
   Result exec(std::string_view sql, const Params& params);
+  // Runs one statement with parameters unnamed: parsed and planned for these
+  // values each time. For statements whose best plan depends on the values,
+  // such as a batch of arrays from one to thousands of elements long, where
+  // a prepared statement's generic plan can be far worse (the finisher's
+  // batch update took 84 ms instead of 7 ms for ~500 jobs).
+  Result exec_replanned(std::string_view sql, const Params& params);
+
+  // True when the connection goes through a pooler: the server process that
+  // answers is not the one the login reported. Asked once (one round trip),
+  // then remembered. Throws like exec().
+  bool pooled();
 
   // False once libpq reports the connection as bad.
   bool healthy() const;
@@ -47,9 +73,13 @@ class Connection {
  private:
   explicit Connection(PGconn* conn) : conn_(conn, &PQfinish) {}
   Result check(PGresult* result, std::string_view sql, bool during_commit);
+  Result ExecParams(std::string_view sql, const Params& params, bool prepare);
   friend class Transaction;
 
   std::unique_ptr<PGconn, decltype(&PQfinish)> conn_{nullptr, &PQfinish};
+  std::optional<bool> pooled_;  // unknown until pooled() first runs
+  bool prepare_ = true;         // false once pooled, or once a prepared statement failed
+  std::unordered_set<std::uint64_t> prepared_;  // statement hashes prepared here
 };
 
 }  // namespace akadzed::pg

@@ -112,7 +112,9 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // one statement is its own.
   std::optional<pg::Transaction> tx;
   if (hooks && hooks->AnyFrom("running")) tx.emplace(conn);
-  pg::Result rows = conn.exec(kSql, params);
+  // Planned for each batch: the generic plan of a prepared statement walks
+  // the worker's running jobs once per job in the batch.
+  pg::Result rows = conn.exec_replanned(kSql, params);
   if (tx) {
     std::vector<std::int64_t> applied;
     for (int i = 0; i < rows.rows(); ++i) applied.push_back(rows.int64(i, 0));

@@ -46,8 +46,7 @@ void NotifyListener::WarnIfPooled(pg::Connection& conn) {
   // LISTEN. In PgBouncer's transaction pooling that process goes back to the
   // pool after LISTEN and no notification ever reaches us: the daemon still
   // works, by polling only. Session pooling delivers them, so warn, not refuse.
-  const auto server_pid = conn.exec("SELECT pg_backend_pid()").int64(0, 0);
-  if (server_pid == conn.backend_pid()) return;
+  if (!conn.pooled()) return;
   warned_pooled_ = true;
   spdlog::warn("listen_pooled channel={} | the connection goes through a pooler (PgBouncer?): "
                "LISTEN only works with session pooling; with transaction pooling no "

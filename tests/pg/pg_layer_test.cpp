@@ -295,6 +295,95 @@ TEST_CASE("pg: Connection::Open sets application_name and reports its backend",
   CHECK(moved.exec("SELECT 1").int64(0, 0) == 1);
 }
 
+// Prepared statements (connection.h): the names this connection has prepared
+// on its server, from pg_prepared_statements.
+std::vector<std::string> PreparedNames(Connection& conn) {
+  std::vector<std::string> names;
+  Result r = conn.exec("SELECT name FROM pg_prepared_statements ORDER BY name");
+  for (int i = 0; i < r.rows(); ++i) names.emplace_back(r.text(i, 0));
+  return names;
+}
+
+// [direct]: through PgBouncer statements run unnamed (the next case).
+TEST_CASE("pg: a statement with parameters is prepared once and then run by name",
+          "[pg][conn][prepared][direct]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+  CHECK_FALSE(conn.pooled());
+  CHECK(PreparedNames(conn).empty());
+  for (int i = 1; i <= 3; ++i) CHECK(conn.exec("SELECT $1::int + 1", Params().add(i)).int64(0, 0) == i + 1);
+  std::vector<std::string> names = PreparedNames(conn);
+  REQUIRE(names.size() == 1);
+  CHECK(names[0].rfind("akadzed_", 0) == 0);
+  Result runs = conn.exec("SELECT generic_plans + custom_plans FROM pg_prepared_statements");
+  CHECK(runs.int64(0, 0) == 3);  // all three runs went through it
+  // Another text is another statement; the same text again is not.
+  CHECK(conn.exec("SELECT $1::text || 'x'", Params().add("a")).text(0, 0) == "ax");
+  CHECK(conn.exec("SELECT $1::int + 1", Params().add(9)).int64(0, 0) == 10);
+  CHECK(PreparedNames(conn).size() == 2);
+
+  // A statement that fails to prepare fails as it would unnamed, and leaves
+  // the connection preparing.
+  Caught syntax = Capture([&] { conn.exec("SELEC $1::int", Params().add(1)); });
+  CHECK(syntax.kind == "SqlError");
+  CHECK(syntax.sqlstate == "42601");
+  CHECK(PreparedNames(conn).size() == 2);
+
+  // A prepared statement survives the rollback of the transaction that
+  // prepared it (it is not transactional) and works in the next one.
+  conn.exec("BEGIN");
+  CHECK(conn.exec("SELECT $1::int * 2", Params().add(21)).int64(0, 0) == 42);
+  conn.exec("ROLLBACK");
+  CHECK(conn.exec("SELECT $1::int * 2", Params().add(4)).int64(0, 0) == 8);
+  CHECK(PreparedNames(conn).size() == 3);
+}
+
+TEST_CASE("pg: a prepared statement whose result type changed fails once, then runs unnamed",
+          "[pg][conn][prepared][direct]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection conn = Connection::Open(url);
+  conn.exec("CREATE TABLE m (id int, v int)");
+  conn.exec("INSERT INTO m VALUES (1, 10)");
+  CHECK(conn.exec("SELECT * FROM m WHERE id = $1", Params().add(1)).columns() == 2);
+  // A migration on another connection adds a column.
+  Connection other = Connection::Open(url);
+  other.exec("ALTER TABLE m ADD COLUMN w int");
+  Caught changed = Capture([&] { conn.exec("SELECT * FROM m WHERE id = $1", Params().add(1)); });
+  CHECK(changed.kind == "SqlError");
+  CHECK(changed.sqlstate == "0A000");
+  // The caller retries: the statement now runs unnamed, with the new columns.
+  CHECK(conn.exec("SELECT * FROM m WHERE id = $1", Params().add(1)).columns() == 3);
+  CHECK(conn.exec("SELECT $1::int + 1", Params().add(1)).int64(0, 0) == 2);
+  CHECK(PreparedNames(conn).size() == 1);  // nothing prepared after the failure
+}
+
+TEST_CASE("pg: a prepared statement the server lost fails once, then runs unnamed",
+          "[pg][conn][prepared][direct]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+  CHECK(conn.exec("SELECT $1::int", Params().add(5)).int64(0, 0) == 5);
+  conn.exec("DEALLOCATE ALL");  // as a DISCARD ALL in a hook would
+  Caught lost = Capture([&] { conn.exec("SELECT $1::int", Params().add(5)); });
+  CHECK(lost.kind == "SqlError");
+  CHECK(lost.sqlstate == "26000");
+  CHECK(conn.exec("SELECT $1::int", Params().add(6)).int64(0, 0) == 6);
+  CHECK(PreparedNames(conn).empty());
+}
+
+// Through PgBouncer in transaction pooling (pg_tests_pgbouncer), the server
+// process differs from the login's, and nothing is prepared: a statement
+// prepared on one server connection would be missing on the next.
+TEST_CASE("pg: through a pooler statements run unnamed", "[pg][conn][prepared]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+  for (int i = 0; i < 3; ++i) CHECK(conn.exec("SELECT $1::int", Params().add(i)).int64(0, 0) == i);
+  if (test::ThroughPgBouncer()) {
+    CHECK(conn.pooled());
+    // Whichever server connection answers has nothing of ours prepared.
+    CHECK(conn.exec("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'akadzed%'").int64(0, 0) == 0);
+  } else {
+    CHECK_FALSE(conn.pooled());
+    CHECK(PreparedNames(conn).size() == 1);
+  }
+}
+
 TEST_CASE("pg: Connection::Open failures are ConnectionErrors without the password",
           "[pg][conn][errors]") {
   const std::string socket_dir = test::Cluster().socket_directory().string();
