@@ -177,38 +177,34 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       members.push_back(i);
     }
     std::vector<FinishResult> results;
-    bool one_by_one = false;
-    try {
-      results = session_.Run(
-          [&](pg::Connection& c) { return FinishJobs(c, worker_id, requests, hooks_); });
-    } catch (const pg::ConnectionError& e) {
-      // The database is away: logged once per outage (worker/outage_log.h).
-      spdlog::log(outage_.Failure(), "finish_failed count={} | {}", requests.size(), OneLine(e.what()));
-      return false;
-    } catch (const pg::TransientError& e) {
-      spdlog::warn("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
-      return false;
-    } catch (const pg::SqlError&) {
-      // One row cannot be stored (a result jsonb rejects, e.g. \u0000):
-      // record rows one by one, and a row that still fails as a failed run.
-      one_by_one = true;
-    } catch (const HookError&) {
-      // A transition hook refused one of them: record the others.
-      one_by_one = true;
-    }
     std::vector<bool> held(requests.size(), false);
-    if (one_by_one) {
+    // The batch in one statement; if one row cannot be stored (a result
+    // jsonb rejects, e.g. \u0000) or a transition hook refuses one, row by
+    // row, recording a row that still fails as a failed run.
+    for (const bool one_by_one : {false, true}) {
       try {
-        results = FinishOneByOne(worker_id, requests, held);
-      } catch (const pg::ConnectionError& again) {
-        spdlog::log(outage_.Failure(), "finish_failed count={} | {}", requests.size(),
-                    OneLine(again.what()));
+        if (!one_by_one) {
+          results = session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, requests, hooks_); });
+        } else {
+          results = FinishOneByOne(worker_id, requests, held);
+          for (std::size_t k = 0; k < members.size(); ++k) batch[members[k]].outcome = requests[k].outcome;
+        }
+        break;
+      } catch (const pg::ConnectionError& e) {
+        // The database is away: logged once per outage (worker/outage_log.h).
+        spdlog::log(outage_.Failure(), "finish_failed count={} | {}", requests.size(), OneLine(e.what()));
         return false;
-      } catch (const pg::PgError& again) {
-        spdlog::error("finish_failed count={} | {}", requests.size(), OneLine(again.what()));
+      } catch (const pg::TransientError& e) {
+        spdlog::warn("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
         return false;
+      } catch (const pg::PgError& e) {
+        if (one_by_one) {
+          spdlog::error("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
+          return false;
+        }
+      } catch (const HookError&) {
+        if (one_by_one) throw;
       }
-      for (std::size_t k = 0; k < members.size(); ++k) batch[members[k]].outcome = requests[k].outcome;
     }
     {
       std::lock_guard lock(mu_);
