@@ -138,8 +138,8 @@ LoadResult RunMode(const std::string& conninfo, ClaimMode mode, const Settings& 
     std::int32_t run_count;
     Clock::time_point due;
   };
-  // Finishes `held` jobs (all, or those due) of one worker on `conn`; returns
-  // how many it finished and removes them from `held`.
+  // Finishes `held` jobs (all, or those due) of one worker on `conn`, removes
+  // them from `held` and counts them as taken while the run lasts.
   auto finish_due = [&](pg::Connection& conn, const std::string& worker, std::vector<Held>& held, bool all) {
     const auto now = Clock::now();
     std::vector<FinishRequest> requests;

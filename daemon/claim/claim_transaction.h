@@ -92,11 +92,11 @@ struct ClaimResult {
 ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request);
 
 // The same claim inside a transaction the caller owns and ends (dry_run is
-// ignored: the caller commits or rolls back), without the queue's claim lock:
-// it runs side by side with other claims of the queue. Ready and aged priorities are
-// judged at that transaction's now(). Only the claim's first key lock may
-// wait, so a caller that already holds row or advisory locks can deadlock
-// with another claim; keep the transaction to this claim.
+// ignored: the caller commits or rolls back), without the queue's claim
+// lock: it runs side by side with other claims of the queue. Ready and aged
+// priorities are judged at that transaction's now(). Only the claim's first
+// key lock may wait, so a caller that already holds row or advisory locks can
+// deadlock with another claim; keep the transaction to this claim.
 ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request);
 
 // Throws std::invalid_argument when the request is malformed.

@@ -45,12 +45,6 @@ std::uint64_t StatementHash(std::string_view sql, const Params& params) {
 // unnamed (the daemon's own statements are a few dozen).
 constexpr std::size_t kMaxPrepared = 512;
 
-// The SQLSTATE of a failed result, or "".
-std::string SqlState(const PGresult* result) {
-  const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
-  return state != nullptr ? state : "";
-}
-
 }  // namespace
 
 Connection Connection::Open(const std::string& conninfo, std::string_view application_name) {
@@ -115,38 +109,35 @@ Result Connection::ExecParams(std::string_view sql, const Params& params, bool p
     throw std::invalid_argument("pg::Params: " + std::to_string(params.type_count()) +
                                 " types declared for " + std::to_string(params.size()) + " values");
   }
-  const int types = params.type_oids() != nullptr ? params.type_count() : 0;
-  if (prepare_ && prepare && pooled()) prepare_ = false;
-  prepare = prepare && prepare_;
-  const std::uint64_t hash = prepare ? StatementHash(sql, params) : 0;
+  auto unnamed = [&] {
+    return check(PQexecParams(conn_.get(), text.c_str(), params.size(), params.type_oids(), values.data(),
+                              nullptr, nullptr, 0),
+                 sql, false);
+  };
+  if (prepare && prepare_ && pooled()) prepare_ = false;
+  if (!prepare || !prepare_) return unnamed();
+  const std::uint64_t hash = StatementHash(sql, params);
+  if (!prepared_.contains(hash) && prepared_.size() >= kMaxPrepared) return unnamed();
   char name[32];
   std::snprintf(name, sizeof name, "akadzed_%016llx", static_cast<unsigned long long>(hash));
-  if (prepare && !prepared_.contains(hash) && prepared_.size() < kMaxPrepared) {
-    PGresult* prepared = PQprepare(conn_.get(), name, text.c_str(), types, params.type_oids());
-    if (PQresultStatus(prepared) != PGRES_COMMAND_OK) {
-      // 42P05: the server has this name already, which only a pooler or a
-      // DISCARD behind our back explains: stop preparing on this connection.
-      if (SqlState(prepared) == "42P05") {
-        prepare_ = false;
-        prepared_.clear();
-      }
-      return check(prepared, sql, false);  // throws: the error running it would have given
+  try {
+    if (!prepared_.contains(hash)) {
+      const int types = params.type_oids() != nullptr ? params.type_count() : 0;
+      check(PQprepare(conn_.get(), name, text.c_str(), types, params.type_oids()), sql, false);
+      prepared_.insert(hash);
     }
-    PQclear(prepared);
-    prepared_.insert(hash);
-  }
-  if (prepare && prepared_.contains(hash)) {
-    PGresult* raw = PQexecPrepared(conn_.get(), name, params.size(), values.data(), nullptr, nullptr, 0);
-    // 26000: the server lost it; 0A000: a migration changed its result type.
-    if (const std::string state = SqlState(raw); state == "26000" || state == "0A000") {
+    return check(PQexecPrepared(conn_.get(), name, params.size(), values.data(), nullptr, nullptr, 0), sql,
+                 false);
+  } catch (const PgError& e) {
+    // 42P05: the server has this name already (only a pooler or a DISCARD
+    // behind our back explains it); 26000: the server lost it; 0A000: a
+    // migration changed its result type. Stop preparing on this connection.
+    if (e.sqlstate() == "42P05" || e.sqlstate() == "26000" || e.sqlstate() == "0A000") {
       prepare_ = false;
       prepared_.clear();
     }
-    return check(raw, sql, false);
+    throw;
   }
-  return check(PQexecParams(conn_.get(), text.c_str(), params.size(), params.type_oids(), values.data(),
-                            nullptr, nullptr, 0),
-               sql, false);
 }
 
 bool Connection::pooled() {
