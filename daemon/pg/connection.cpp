@@ -7,11 +7,46 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
+#include "core/redact.h"
 #include "pg/pg_error.h"
 
 namespace akadzed::pg {
 
 namespace {
+
+// Server notices and warnings (and libpq's own, such as a message that
+// arrived while idle) go through the logger as pg_notice events at their
+// severity's level, never raw to stderr, which would break the one event per
+// line of logs and bypass logging.file and the JSON format. The text is
+// redacted and on one line; it never holds job args or results (no akadzed
+// statement raises notices about them).
+void LogNotice(void* /*arg*/, const PGresult* notice) {
+  auto field = [&](int code) {
+    const char* value = PQresultErrorField(notice, code);
+    return std::string(value != nullptr ? value : "");
+  };
+  std::string severity = field(PG_DIAG_SEVERITY_NONLOCALIZED);
+  if (severity.empty()) severity = field(PG_DIAG_SEVERITY);
+  std::string message = field(PG_DIAG_MESSAGE_PRIMARY);
+  if (message.empty()) {
+    const char* text = PQresultErrorMessage(notice);
+    message = text != nullptr ? text : "";
+  }
+  spdlog::level::level_enum level = spdlog::level::warn;
+  if (severity == "DEBUG" || severity == "LOG") {
+    level = spdlog::level::debug;
+  } else if (severity == "INFO" || severity == "NOTICE") {
+    level = spdlog::level::info;
+  } else if (severity == "ERROR" || severity == "FATAL" || severity == "PANIC") {
+    level = spdlog::level::err;
+  }
+  for (char& c : severity) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string sqlstate = field(PG_DIAG_SQLSTATE);
+  spdlog::log(level, "pg_notice severity={} sqlstate={} | {}", severity.empty() ? "unknown" : severity,
+              sqlstate.empty() ? "none" : sqlstate, OneLine(RedactSecrets(message)));
+}
 
 // A short name for the statement, for error messages: its first word(s).
 std::string StatementName(std::string_view sql) {
@@ -79,6 +114,7 @@ Connection Connection::Open(const std::string& conninfo, std::string_view applic
     std::unique_ptr<PGconn, decltype(&PQfinish)> guard(raw, &PQfinish);
     ThrowForConnection(raw, "cannot connect to PostgreSQL", conninfo);
   }
+  PQsetNoticeReceiver(raw, &LogNotice, nullptr);
   return Connection(raw);
 }
 
