@@ -18,6 +18,11 @@ void ValidateLimit(const LimitRow& row) {
   if (row.starts_window_us && *row.starts_window_us <= 0) {
     throw std::invalid_argument("--starts-window must be positive");
   }
+  // limits_starts_window_max_check (migration 005): PostgreSQL compares
+  // interval '100 years' as 1,200 months of 30 days.
+  if (row.starts_window_us && *row.starts_window_us > std::int64_t{36000} * 86400 * 1000000) {
+    throw std::invalid_argument("--starts-window must be at most 100 years");
+  }
 }
 
 void SetLimit(pg::Connection& conn, const LimitRow& row) {

@@ -26,12 +26,15 @@ PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batc
   // A mark counts only within its key's starts_window; keep an hour at least
   // so that a window added meanwhile still sees recent starts, and a minute
   // past the longest window, as the claim's own purge does (a claim that
-  // began up to a minute ago counts from its own now()).
+  // began up to a minute ago counts from its own now()). A mark as far in
+  // the future was not written by a claim (each writes its now()) and would
+  // count as a start for ever: it goes too.
   counts.start_marks = conn.exec(
-      "DELETE FROM akadze.limit_starts WHERE ctid = ANY(ARRAY(SELECT ctid FROM akadze.limit_starts"
-      "  WHERE started_at < now() - greatest((SELECT max(starts_window) FROM akadze.limits)"
-      "                                      + interval '1 minute', interval '1 hour')"
-      "  LIMIT $1::int FOR UPDATE SKIP LOCKED))",
+      "DELETE FROM akadze.limit_starts WHERE ctid = ANY(ARRAY(SELECT ctid FROM akadze.limit_starts,"
+      "  (SELECT greatest((SELECT max(starts_window) FROM akadze.limits) + interval '1 minute',"
+      "                   interval '1 hour') AS keep) k"
+      "  WHERE started_at < now() - k.keep OR started_at > now() + k.keep"
+      "  LIMIT $1::int FOR UPDATE OF limit_starts SKIP LOCKED))",
       pg::Params().add(batch)).affected();
   return counts;
 }

@@ -30,7 +30,8 @@ using pg::Params;
 using pg::Result;
 
 const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses",
-                                               "003_limit_keys", "004_claim_key_index"};
+                                               "003_limit_keys", "004_claim_key_index",
+                                               "005_limit_window_bound"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -91,7 +92,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "004_claim_key_index");
+  CHECK(ExpectedSchemaVersion() == "005_limit_window_bound");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -478,7 +479,8 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
   CHECK(test::Lines(first.out) == std::vector<std::string>{"applied 001_initial",
                                                            "applied 002_queue_pauses",
                                                            "applied 003_limit_keys",
-                                                           "applied 004_claim_key_index"});
+                                                           "applied 004_claim_key_index",
+                                                           "applied 005_limit_window_bound"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});
