@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "claim/claim_transaction.h"
+#include "core/job_sql.h"
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
 
@@ -12,7 +13,9 @@ namespace {
 
 // ISO-8601 UTC text of a timestamptz column.
 std::string Ts(const std::string& column) {
-  return "to_char(" + column + " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')";
+  // 'infinity' and '-infinity' as themselves (to_char gives NULL for them).
+  return "CASE WHEN isfinite(" + column + ") THEN to_char(" + column +
+         " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') ELSE " + column + "::text END";
 }
 
 // The columns JobFromRow reads, in order; never args.
@@ -233,7 +236,7 @@ std::vector<QueueRow> ListQueues(pg::Connection& conn) {
                   " SELECT q.queue, COALESCE(c.queued, 0), COALESCE(c.ready, 0),"
                   " COALESCE(c.running, 0), COALESCE(c.succeeded, 0), COALESCE(c.failed, 0),"
                   " COALESCE(c.cancelled, 0),"
-                  " COALESCE(GREATEST(0, EXTRACT(EPOCH FROM now() - c.oldest)), 0)::float8,"
+                  " COALESCE(" + AgeSecondsSql("c.oldest") + ", 0)::float8,"
                   " p.queue IS NOT NULL, " + Ts("p.paused_at") +
                   " FROM (SELECT queue FROM c UNION SELECT queue FROM akadze.queue_pauses) q"
                   " LEFT JOIN c ON c.queue = q.queue"
@@ -273,7 +276,7 @@ bool ResumeQueue(pg::Connection& conn, const std::string& queue) {
 std::vector<WorkerRow> ListWorkers(pg::Connection& conn) {
   pg::Result r = conn.exec(
       "SELECT w.id::text, w.hostname, w.pid, to_json(w.queues)::text, " + Ts("w.started_at") +
-      ", GREATEST(0, EXTRACT(EPOCH FROM now() - w.heartbeat_at))::float8,"
+      ", " + AgeSecondsSql("w.heartbeat_at") + ","
       " (SELECT count(*) FROM akadze.jobs j WHERE j.state = 'running' AND j.worker_id = w.id)"
       " FROM akadze.workers w ORDER BY w.started_at, w.id");
   std::vector<WorkerRow> rows;
@@ -304,7 +307,8 @@ std::vector<LimitUse> ListLimitUse(pg::Connection& conn) {
       "   LEFT JOIN akadze.limits star ON star.key = '*')"
       " SELECT a.key, a.row_key, COALESCE(r.n, 0), a.max_running,"
       "   CASE WHEN a.win IS NULL THEN 0 ELSE (SELECT count(*) FROM akadze.limit_starts s"
-      "     WHERE s.key = a.key AND s.started_at > now() - a.win) END, a.max_starts"
+      "     WHERE s.key = a.key AND s.started_at > now() - a.win"
+      "       AND s.started_at <= now() + a.win + interval '1 minute') END, a.max_starts"
       " FROM applied a LEFT JOIN running r ON r.key = a.key ORDER BY a.key");
   std::vector<LimitUse> rows;
   for (int i = 0; i < r.rows(); ++i) {

@@ -52,7 +52,7 @@ enum class ClaimMode { kOrdered, kFair };
 // read cursor and as the bounds of catch-up reads.
 struct IndexPosition {
   std::int32_t priority = 0;
-  std::int64_t run_at_us = 0;  // microseconds since the Unix epoch
+  std::int64_t run_at_us = 0;  // microseconds since 2000-01-01 UTC; INT64_MIN/MAX: -infinity/infinity
   std::int64_t id = 0;
   friend bool operator==(const IndexPosition&, const IndexPosition&) = default;
 };

@@ -12,6 +12,7 @@
 
 #include "claim/key_limits.h"
 #include "claim/keyed_window.h"
+#include "core/job_sql.h"
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
 
@@ -47,22 +48,47 @@ struct ReadContext {
   std::string aging_seconds;
 };
 
+// run_at as microseconds since 2000-01-01 UTC (PostgreSQL's own epoch), for
+// the planner. PostgreSQL keeps a timestamptz as exactly that int8, so every
+// finite value fits (counted from 1970, 294276 AD would not), and
+// '-infinity' and 'infinity', which the schema accepts (docs/reliability.md,
+// "Extreme values"), are the int8 extremes, as PostgreSQL stores them: they
+// keep their order, and Timestamp() maps every value back exactly.
+std::string RunAtMicros(const std::string& column) {
+  // EXTRACT(EPOCH FROM a timestamptz) goes through a double and rounds far
+  // from 2000; from the interval since 2000 it is exact.
+  return "(CASE WHEN isfinite(" + column + ") THEN (EXTRACT(EPOCH FROM " + column +
+         " - '2000-01-01 00:00:00+00'::timestamptz) * 1000000)::int8 WHEN " + column +
+         " > now() THEN 9223372036854775807::int8 ELSE (-9223372036854775807 - 1)::int8 END)";
+}
+
 // The columns of a ReadyRow. The effective priority is SPEC §2's formula,
-// evaluated by PostgreSQL at the claim transaction's now().
+// evaluated by PostgreSQL at the claim transaction's now(). A job's age is
+// counted from run_at held within [the earliest timestamptz, now()]: a
+// '-infinity' run_at ages as if enqueued in 4714 BC, a future one (never
+// ready, but read as a level's first row) is not aged; now() - infinity
+// would fail the statement for every row beside it.
 std::string RowColumns(Statement& st, const ReadContext& ctx, const std::string& alias = "") {
   const std::string a = alias.empty() ? "" : alias + ".";
   std::string effective = a + "priority::int8";
   if (!ctx.aging_seconds.empty()) {
-    effective = "(" + a + "priority + GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (now() - " + a +
-                "run_at)) / " + st.bind(ctx.aging_seconds) + "::numeric)))::int8";
+    effective = "(" + a + "priority + GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (now() - " +
+                PastTimestampSql(a + "run_at") + ")) / " + st.bind(ctx.aging_seconds) + "::numeric)))::int8";
   }
-  return a + "id, " + a + "limit_key, " + a + "priority, (EXTRACT(EPOCH FROM " + a +
-         "run_at) * 1000000)::int8 AS run_at_us, " + effective + " AS effective";
+  return a + "id, " + a + "limit_key, " + a + "priority, " + RunAtMicros(a + "run_at") + " AS run_at_us, " +
+         effective + " AS effective";
 }
 
-// An exact timestamptz for microseconds since the epoch held by `param`.
+// The exact timestamptz RunAtMicros() made the int8 held by `param` from.
 std::string Timestamp(const std::string& param) {
-  return "('epoch'::timestamptz + " + param + "::int8 * interval '1 microsecond')";
+  return "(CASE " + param + "::int8 WHEN 9223372036854775807 THEN 'infinity'::timestamptz"
+         " WHEN -9223372036854775807 - 1 THEN '-infinity'::timestamptz"
+         // Whole days and the microseconds left, on a timestamp without time
+         // zone: exact (an interval times a number goes through a double), and
+         // no time zone's daylight saving shifts a day.
+         " ELSE ('2000-01-01 00:00:00'::timestamp + make_interval(days => (" + param +
+         "::int8 / 86400000000)::int, secs => (" + param + "::int8 % 86400000000) / 1000000.0))"
+         " AT TIME ZONE 'UTC' END)";
 }
 
 // The skip filter of a window.
@@ -385,8 +411,7 @@ std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const R
   st.sql = "SELECT s.n, " + RowColumns(st, ctx, "j") + " FROM " + streams +
            " CROSS JOIN LATERAL (SELECT * FROM akadze.jobs WHERE queue = " + queue +
            " AND priority = s.p AND " + kReadyJobSql + skip +
-           " AND (run_at, id) > (CASE WHEN s.has_after THEN " + Timestamp("s.r") +
-           " ELSE '-infinity'::timestamptz END, s.i)"
+           " AND (NOT s.has_after OR (run_at, id) > (" + Timestamp("s.r") + ", s.i))"
            " ORDER BY run_at, id LIMIT s.lim) j ORDER BY s.n, j.run_at, j.id";
   pg::Result r = tx.exec(st.sql, st.params());
   std::vector<std::vector<ReadyRow>> out(reads.size());
@@ -450,11 +475,17 @@ std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx,
   // never misses one; an older claim (its transaction began over a minute
   // before this count) counts every capped key as full and starts nothing
   // of it.
+  // A mark later than now() + window + 1 minute was not written by a claim
+  // (each writes its own now(), and a claim's transaction is under a minute
+  // old or it counts the key as full): an application wrote it, e.g. at
+  // 'infinity', where it would count as a start for ever. It is not counted,
+  // and purged like an old one.
   static const std::string kPurge =
       ", purge AS ("
       "  DELETE FROM akadze.limit_starts s USING k"
       "  WHERE s.key = k.key AND (k.starts_window IS NULL"
-      "    OR s.started_at <= now() - k.starts_window - interval '1 minute'))";
+      "    OR s.started_at <= now() - k.starts_window - interval '1 minute'"
+      "    OR s.started_at > now() + k.starts_window + interval '1 minute'))";
   static const std::string kSelect =
       " SELECT k.key, k.has_row, k.max_running, k.max_starts,"
       "  CASE WHEN k.max_running IS NOT NULL THEN (SELECT count(*) FROM akadze.jobs j"
@@ -462,7 +493,8 @@ std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx,
       "  CASE WHEN k.max_starts IS NULL THEN 0"
       "       WHEN clock_timestamp() - now() >= interval '1 minute' THEN k.max_starts"
       "       ELSE (SELECT count(*) FROM akadze.limit_starts s"
-      "       WHERE s.key = k.key AND s.started_at > now() - k.starts_window) END"
+      "       WHERE s.key = k.key AND s.started_at > now() - k.starts_window"
+      "         AND s.started_at <= now() + k.starts_window + interval '1 minute') END"
       " FROM k";
   pg::Result r = tx.exec(kWith + (purge ? kPurge : "") + kSelect, pg::Params().add_array(keys));
   std::unordered_map<std::string, KeyInfo> info;
@@ -719,9 +751,9 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
     if (to_lock.empty()) break;
     ++result.lock_rounds;
     pg::Result got = tx.exec(std::string("SELECT id FROM akadze.jobs WHERE id = ANY($1::int8[])"
-                                         " AND queue = $2 AND ") +
+                                         " AND queue = $2 AND id <> ALL($3::int8[]) AND ") +
                                  kReadyJobSql + " FOR UPDATE SKIP LOCKED",
-                             pg::Params().add_array(to_lock).add(request.queue));
+                             pg::Params().add_array(to_lock).add(request.queue).add_array(request.exclude_ids));
     holds_lock = true;
     for (int i = 0; i < got.rows(); ++i) locked_rows.insert(got.int64(i, 0));
     std::vector<std::int64_t> missing;
@@ -739,23 +771,46 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
     throw std::logic_error("claim planner lost a locked row; claim rolled back");
   }
 
+  // The keys whose claimed jobs each leave a start mark.
   std::vector<std::string> start_marks;
   for (std::int64_t id : step.plan) {
     const ReadyRow* row = planner.Find(id);
-    if (row->limit_key && keys[*row->limit_key].records_starts) start_marks.push_back(*row->limit_key);
+    if (row->limit_key && keys[*row->limit_key].records_starts &&
+        std::find(start_marks.begin(), start_marks.end(), *row->limit_key) == start_marks.end()) {
+      start_marks.push_back(*row->limit_key);
+    }
   }
 
   if (!step.plan.empty()) {
+    // A planned row whose run_count or attempt is at int4's maximum cannot
+    // run: its fencing token (run_count + 1) or its attempt number cannot be
+    // written. It is failed here as Unprocessable, its counters untouched,
+    // instead of failing the statement for the rows beside it (which wedged
+    // the queue). It counts no start and holds no slot.
     pg::Params params;
     params.add_array(step.plan).add(result.worker_id).add_array(start_marks);
     pg::Result claimed = tx.exec(
-        "WITH claimed AS ("
-        "  UPDATE akadze.jobs SET state = 'running', run_count = run_count + 1,"
-        "    worker_id = $2::uuid, started_at = now()"
-        "  WHERE id = ANY($1::int8[])"
-        "  RETURNING id, task, queue, limit_key, priority, attempt, max_attempts, run_count, args::text),"
+        "WITH plan AS ("
+        "  SELECT id, run_count < 2147483647 AND attempt < 2147483647 AS runnable"
+        "  FROM akadze.jobs WHERE id = ANY($1::int8[])),"
+        " claimed AS ("
+        "  UPDATE akadze.jobs j SET"
+        "    state = CASE WHEN plan.runnable THEN 'running' ELSE 'failed' END,"
+        "    run_count = j.run_count + plan.runnable::int,"
+        "    worker_id = CASE WHEN plan.runnable THEN $2::uuid ELSE j.worker_id END,"
+        "    started_at = CASE WHEN plan.runnable THEN now() ELSE j.started_at END,"
+        "    finished_at = CASE WHEN plan.runnable THEN j.finished_at ELSE now() END,"
+        "    errors = CASE WHEN plan.runnable THEN j.errors ELSE " +
+            AppendErrorSql("j.errors", "'Unprocessable'",
+                           "CASE WHEN j.run_count = 2147483647 THEN 'run_count' ELSE 'attempt' END"
+                           " || ' is at its maximum (2147483647): the job cannot run again'") +
+            " END"
+        "  FROM plan WHERE j.id = plan.id"
+        "  RETURNING j.id, j.task, j.queue, j.limit_key, j.priority, j.attempt, j.max_attempts, j.run_count,"
+        "    CASE WHEN plan.runnable THEN j.args::text END, plan.runnable),"
         " marks AS (INSERT INTO akadze.limit_starts (key, started_at)"
-        "           SELECT k, now() FROM unnest($3::text[]) AS k)"
+        "           SELECT limit_key, now() FROM claimed"
+        "           WHERE runnable AND limit_key = ANY($3::text[]))"
         " SELECT * FROM claimed",
         params);
     std::unordered_map<std::int64_t, ClaimedJob> by_id;
@@ -765,6 +820,10 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
       job.task = claimed.text(i, 1);
       job.queue = claimed.text(i, 2);
       job.limit_key = claimed.optional_text(i, 3);
+      if (!claimed.boolean(i, 9)) {
+        result.unprocessable.push_back(std::move(job));
+        continue;
+      }
       job.priority = static_cast<std::int32_t>(claimed.int64(i, 4));
       job.attempt = static_cast<std::int32_t>(claimed.int64(i, 5));
       job.max_attempts = static_cast<std::int32_t>(claimed.int64(i, 6));
@@ -773,7 +832,9 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
       job.effective_priority = planner.Find(job.id)->effective;
       by_id.emplace(job.id, std::move(job));
     }
-    for (std::int64_t id : step.plan) result.jobs.push_back(std::move(by_id.at(id)));
+    for (std::int64_t id : step.plan) {
+      if (auto it = by_id.find(id); it != by_id.end()) result.jobs.push_back(std::move(it->second));
+    }
   }
   finish(result);
   return result;
@@ -793,9 +854,10 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   // role's or database's default isolation level is.
   pg::Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED");
   ClaimResult result = Claim(tx, request, /*one_at_a_time=*/true);
-  if (request.before_commit && !request.dry_run && !result.jobs.empty()) {
+  if (request.before_commit && !request.dry_run && (!result.jobs.empty() || !result.unprocessable.empty())) {
     std::vector<std::int64_t> ids;
     for (const ClaimedJob& job : result.jobs) ids.push_back(job.id);
+    for (const ClaimedJob& job : result.unprocessable) ids.push_back(job.id);
     request.before_commit(conn, ids);
   }
   if (request.dry_run) {

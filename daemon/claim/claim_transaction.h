@@ -55,7 +55,13 @@ struct ClaimRequest {
   // ids, just before the commit (the transition hooks'
   // queued -> running); whatever it throws rolls the claim back and
   // propagates. Not called for dry runs or empty claims.
+  // Called with every job the claim changed: those it claimed and those it
+  // failed as Unprocessable (ClaimResult::unprocessable).
   std::function<void(pg::Connection&, const std::vector<std::int64_t>&)> before_commit;
+  // Jobs this claim must not take, though ready (a transition hook refused
+  // them in an earlier try of this round): they are passed over like rows
+  // another claim locked, and the claim reads on.
+  std::vector<std::int64_t> exclude_ids;
 };
 
 struct ClaimedJob {
@@ -73,6 +79,11 @@ struct ClaimedJob {
 
 struct ClaimResult {
   std::vector<ClaimedJob> jobs;  // in claim order
+  // Planned jobs whose run_count or attempt is at int4's maximum: failed as
+  // Unprocessable in the claim's transaction instead of run (id, task,
+  // queue and limit_key set). docs/reliability.md, "Rows that cannot be
+  // processed".
+  std::vector<ClaimedJob> unprocessable;
   int windows = 0;               // window reads issued (one per stream read)
   int keyed_windows = 0;         // of those, read around skipped groups (keyed_window.h)
   int streams = 1;               // 1, or the priority levels read with aging

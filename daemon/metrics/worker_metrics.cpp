@@ -25,7 +25,8 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const std::vector<std::s
       job_outcomes_(registry.AddCounter(
           "akadzed_job_outcomes_total",
           "Claimed jobs by how they ended, per task: success, retry, snooze, fail, cancel, "
-          "release (recorded), stale (finish discarded), lost (lease lost), unrecorded",
+          "release (recorded), stale (finish discarded), lost (lease lost), unrecorded, "
+          "unprocessable (failed by the claim or the finisher: docs/reliability.md)",
           {"task", "outcome"})),
       job_duration_(registry.AddHistogram("akadzed_job_duration_seconds",
                                           "Handler run time of claimed jobs, per task", {"task"},

@@ -37,23 +37,15 @@ std::int64_t RetryBackoffSeconds(std::int32_t attempt) {
   return std::min<std::int64_t>(std::int64_t{1} << (attempt - 1), 300);
 }
 
-std::string AppendErrorSql(std::string_view errors, std::string_view error,
-                           std::string_view message) {
-  return fmt::format(
-      "(SELECT COALESCE(jsonb_agg(e ORDER BY n), '[]'::jsonb) FROM"
-      " (SELECT e, n FROM jsonb_array_elements({} || jsonb_build_array(jsonb_build_object("
-      "'error', {}::text, 'message', {}::text))) WITH ORDINALITY AS x(e, n)"
-      " ORDER BY n DESC LIMIT 10) AS last_errors)",
-      errors, error, message);
-}
-
 std::string NextStateSql(std::string_view kind) {
   // A job whose cancel was requested is never queued again: the claim skips
-  // such jobs, so it would wait forever; it is cancelled instead.
+  // such jobs, so it would wait forever; it is cancelled instead. Counters
+  // compare as int8: an attempt at int4's maximum (written by an
+  // application) must not overflow the statement for the rows beside it.
   return fmt::format(
       "CASE {0} WHEN 'success' THEN 'succeeded' WHEN 'cancel' THEN 'cancelled'"
       " WHEN 'fail' THEN 'failed'"
-      " WHEN 'retry' THEN CASE WHEN j.attempt + 1 >= j.max_attempts THEN 'failed'"
+      " WHEN 'retry' THEN CASE WHEN j.attempt::int8 + 1 >= j.max_attempts THEN 'failed'"
       "   WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END"
       " ELSE CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END END",
       kind);
@@ -87,11 +79,11 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
       "   AS f(id, run_count, kind, delay_us, result, error, message))"
       " UPDATE akadze.jobs AS j SET"
       "  state = {0},"
-      "  attempt = j.attempt + (f.kind IN ('retry', 'fail'))::int,"
-      "  snoozes = j.snoozes + (f.kind = 'snooze')::int,"
+      "  attempt = LEAST(j.attempt::int8 + (f.kind IN ('retry', 'fail'))::int, 2147483647)::int,"
+      "  snoozes = LEAST(j.snoozes::int8 + (f.kind = 'snooze')::int, 2147483647)::int,"
       "  run_at = CASE"
       "    WHEN f.kind = 'snooze' THEN now() + f.delay_us * interval '1 microsecond'"
-      "    WHEN f.kind = 'retry' AND j.attempt + 1 < j.max_attempts THEN now() + COALESCE("
+      "    WHEN f.kind = 'retry' AND j.attempt::int8 + 1 < j.max_attempts THEN now() + COALESCE("
       "      f.delay_us * interval '1 microsecond',"
       "      least(power(2, least(j.attempt, 9)), 300) * interval '1 second')"
       "    ELSE j.run_at END,"

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/job_sql.h"
 #include "handlers/job_outcome.h"
 #include "hooks/transition_hooks.h"
 #include "pg/connection.h"
@@ -57,11 +58,5 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
 // akadze's rules, plus "a job whose cancel was requested is never queued
 // again". Shared by the finish and the rescue (a retry by another name).
 std::string NextStateSql(std::string_view kind);
-
-// SQL that appends {error, message} to the jsonb array `errors` and keeps the
-// last 10 entries; the arguments are SQL expressions. Shared by every
-// statement that records an error.
-std::string AppendErrorSql(std::string_view errors, std::string_view error,
-                           std::string_view message);
 
 }  // namespace akadzed

@@ -15,6 +15,14 @@
 
 namespace akadzed {
 
+namespace {
+
+// Jobs a transition hook may refuse in one claim round before the round
+// gives up (claim_failed) and backs off.
+constexpr int kMaxRefusedPerRound = 16;
+
+}  // namespace
+
 using Clock = std::chrono::steady_clock;
 
 QueueRunner::QueueRunner(QueueConfig queue, const WorkerConfig& timings, const std::string& conninfo,
@@ -83,6 +91,11 @@ int QueueRunner::busy_slots() const {
   return busy_;
 }
 
+std::vector<std::int64_t> QueueRunner::held_jobs() const {
+  std::lock_guard lock(mu_);
+  return {held_.begin(), held_.end()};
+}
+
 Clock::time_point QueueRunner::last_round() const {
   std::lock_guard lock(mu_);
   return last_round_;
@@ -137,14 +150,32 @@ void QueueRunner::ClaimLoop() {
           ReleaseInDoubtClaim(*in_doubt_worker);
           in_doubt_worker.reset();
         }
-        ClaimResult result = session_.Run([&](pg::Connection& c) { return RunClaim(c, request); });
+        // A job a transition hook refuses (logged by the hook runner) is left
+        // queued and the claim tried again without it, so one refused job
+        // never stops the queue; it is offered to the hook again next round.
+        ClaimResult result;
+        for (;;) {
+          try {
+            result = session_.Run([&](pg::Connection& c) { return RunClaim(c, request); });
+            break;
+          } catch (const HookError& e) {
+            if (static_cast<int>(request.exclude_ids.size()) >= kMaxRefusedPerRound) throw;
+            request.exclude_ids.push_back(e.job_id());
+          }
+        }
+        for (const ClaimedJob& job : result.unprocessable) {
+          spdlog::error("unprocessable job={} task={} queue={} | run_count or attempt is at its maximum "
+                        "(2147483647): failed at the claim, not run",
+                        job.id, LogValue(job.task), LogValue(job.queue));
+          metrics_.JobEnded(job.task, "unprocessable", std::nullopt);
+        }
         if (auto ended = outage.Success()) {
           spdlog::info("claim_recovered queue={} failures={} outage_ms={}", LogValue(queue_.name),
                        ended->failures, ended->ms);
         }
         backoff.Reset();
         metrics_.Claimed(queue_.name, result);
-        full = static_cast<int>(result.jobs.size()) == free_slots;
+        full = static_cast<int>(result.jobs.size() + result.unprocessable.size()) == free_slots;
         if (!result.jobs.empty()) {
           spdlog::info("claim queue={} jobs={} free_slots={} ms={:.1f}", LogValue(queue_.name),
                        result.jobs.size(), free_slots, result.elapsed_ms);

@@ -67,6 +67,9 @@ class QueueRunner {
   const std::string& name() const { return queue_.name; }
   int slots() const { return queue_.slots; }
   int busy_slots() const;
+  // The jobs this runner is responsible for: claimed and not yet finished
+  // (queued for an executor, running, or waiting for the finisher).
+  std::vector<std::int64_t> held_jobs() const;
   std::chrono::steady_clock::time_point last_round() const;
 
  private:

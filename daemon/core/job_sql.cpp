@@ -1,0 +1,25 @@
+#include "core/job_sql.h"
+
+#include <fmt/format.h>
+
+namespace akadzed {
+
+std::string AppendErrorSql(std::string_view errors, std::string_view error,
+                           std::string_view message) {
+  return fmt::format(
+      "(SELECT COALESCE(jsonb_agg(e ORDER BY n), '[]'::jsonb) FROM"
+      " (SELECT e, n FROM jsonb_array_elements({} || jsonb_build_array(jsonb_build_object("
+      "'error', {}::text, 'message', {}::text))) WITH ORDINALITY AS x(e, n)"
+      " ORDER BY n DESC LIMIT 10) AS last_errors)",
+      errors, error, message);
+}
+
+std::string PastTimestampSql(std::string_view column) {
+  return fmt::format("LEAST(GREATEST({}, '4714-11-24 00:00:00+00 BC'::timestamptz), now())", column);
+}
+
+std::string AgeSecondsSql(std::string_view column) {
+  return fmt::format("EXTRACT(EPOCH FROM now() - {})::float8", PastTimestampSql(column));
+}
+
+}  // namespace akadzed

@@ -1,0 +1,32 @@
+// SQL fragments over akadze.jobs' columns that several statements share, so
+// each rule is written once: appending to `errors`, and reading a timestamp
+// the schema accepts (including '-infinity' and 'infinity') as a point in
+// the past that now() can be subtracted from.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace akadzed {
+
+// The `errors` column of akadze.jobs is a jsonb array of {error, message}
+// entries, the last 10 kept.
+// SQL that appends {error, message} to the jsonb `errors` and keeps the last
+// 10 entries; the arguments are SQL expressions. `errors` may hold any jsonb
+// an application wrote (an object or a scalar becomes the array's first
+// element, as jsonb's || makes it).
+std::string AppendErrorSql(std::string_view errors, std::string_view error,
+                           std::string_view message);
+
+// `column` (a timestamptz expression) held within [the earliest timestamptz,
+// now()]: now() minus it is always a finite interval ('-infinity' counts as
+// 4714 BC, a future time or 'infinity' as now()), where now() - column fails
+// the statement for every row beside an infinite one.
+std::string PastTimestampSql(std::string_view column);
+
+// Seconds from `column` to now(), at least 0, as float8 (PastTimestampSql).
+std::string AgeSecondsSql(std::string_view column);
+
+}  // namespace akadzed
