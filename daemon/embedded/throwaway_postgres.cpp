@@ -111,11 +111,15 @@ std::unique_ptr<ThrowawayPostgres> ThrowawayPostgres::Start(const ThrowawayPostg
        << " -c max_connections=300 -c shared_buffers=256MB -c log_min_messages=warning"
        << " -c log_min_error_statement=panic -c max_locks_per_transaction=256";
   for (const auto& setting : options.settings) opts << " -c " << setting;
-  pg->run_as_server_user({pg->bindir_ + "/pg_ctl", "-D", data, "-l", (pg->dir_ / "server.log").string(),
-                          "-w", "-t", "60", "-o", opts.str(), "start"},
-                         "pg_ctl start");
-  pg->running_ = true;
+  pg->server_options_ = opts.str();
+  pg->start();
   return pg;
+}
+
+void ThrowawayPostgres::start() {
+  if (running_) return;
+  pg_ctl({"-w", "-t", "60", "-o", server_options_, "start"});
+  running_ = true;
 }
 
 ThrowawayPostgres::~ThrowawayPostgres() {

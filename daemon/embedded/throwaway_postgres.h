@@ -49,6 +49,9 @@ class ThrowawayPostgres {
   void pg_ctl(const std::vector<std::string>& args) const;
   // Stops the server now (idempotent); the directory is removed on destruction.
   void stop();
+  // Starts it again after stop(), with the options it was created with
+  // (idempotent); waits until it accepts connections.
+  void start();
 
  private:
   ThrowawayPostgres() = default;
@@ -58,6 +61,7 @@ class ThrowawayPostgres {
 
   std::filesystem::path dir_;
   std::string bindir_;
+  std::string server_options_;  // pg_ctl -o, for start()
   int port_ = 0;
   bool running_ = false;
 };

@@ -160,6 +160,18 @@ int Daemon::Run() {
                           q.mode == ClaimMode::kFair ? "fair" : "ordered",
                           q.aging_us ? ",aging=" + FormatDuration(*q.aging_us) : "");
   }
+  lease.SetHeldJobs([&runners] {
+    std::vector<std::int64_t> held;
+    for (const auto& r : runners) {
+      for (std::int64_t id : r->held_jobs()) held.push_back(id);
+    }
+    return held;
+  });
+  // Declared after the runners, so destroyed before them on every path.
+  struct ForgetHeldJobs {
+    LeaseKeeper& lease;
+    ~ForgetHeldJobs() { lease.SetHeldJobs(nullptr); }
+  } forget_held_jobs{lease};
   std::unique_ptr<NotifyListener> listener;
   if (timings.listen_notify) {
     listener = std::make_unique<NotifyListener>(conninfo_, [&runners](const std::string& queue) {

@@ -75,8 +75,13 @@ std::int64_t Finisher::statements() const {
 }
 
 void Finisher::Loop() {
-  // Retries double from 100 ms up to 5 s, jittered.
-  RetryBackoff backoff(std::chrono::milliseconds(100), std::chrono::seconds(5));
+  // Retries double from 100 ms up to 500 ms, jittered: finishes pending
+  // through an outage are written within half a second of its end, before
+  // any daemon may rescue their jobs (the rescue holds off for heartbeat_ttl
+  // after an outage: lease_keeper.cpp). A retry against a server that is
+  // down costs a refused connect; against an unreachable one, the connect
+  // timeout paces it.
+  RetryBackoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500));
   std::deque<FinishItem> batch;
   for (;;) {
     {
@@ -126,32 +131,43 @@ void Finisher::Loop() {
 
 std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
                                                    std::vector<FinishRequest>& requests,
-                                                   std::vector<bool>& refused) {
+                                                   std::vector<RowFate>& fates) {
   std::vector<FinishResult> results;
-  refused.assign(requests.size(), false);
-  auto finish = [&](std::size_t k) {
-    try {
-      results.push_back(session_.Run([&](pg::Connection& c) {
-        return FinishJobs(c, worker_id, {requests[k]}, hooks_);
-      }).front());
-    } catch (const HookError&) {  // logged by the hook runner
-      results.push_back({requests[k].job_id, false, "", 0, 0});
-      refused[k] = true;
-    }
-  };
+  fates.assign(requests.size(), RowFate::kWritten);
   for (std::size_t k = 0; k < requests.size(); ++k) {
-    try {
-      finish(k);
-      continue;
-    } catch (const pg::ConnectionError&) {
-      throw;
-    } catch (const pg::TransientError&) {
-      throw;
-    } catch (const pg::SqlError& e) {
-      requests[k].outcome =
-          RetryOutcome("BadResult", std::string("the database refused the outcome: ") + e.what());
+    // Each rung is tried once; connection and transient errors end the pass
+    // (the whole batch is tried again after the outage).
+    for (int rung = 0;; ++rung) {
+      try {
+        results.push_back(session_.Run([&](pg::Connection& c) {
+          return FinishJobs(c, worker_id, {requests[k]}, hooks_);
+        }).front());
+      } catch (const HookError&) {  // logged by the hook runner
+        results.push_back({requests[k].job_id, false, "", 0, 0});
+        fates[k] = RowFate::kRefused;
+      } catch (const pg::ConnectionError&) {
+        throw;
+      } catch (const pg::TransientError&) {
+        throw;
+      } catch (const pg::SqlError& e) {
+        const std::string why = std::string("the database refused the outcome: ") + e.what();
+        if (rung == 0) {
+          requests[k].outcome = RetryOutcome("BadResult", why);
+          continue;
+        }
+        if (rung == 1) {
+          requests[k].outcome = RetryOutcome("Unprocessable", why);
+          requests[k].outcome.kind = OutcomeKind::kFail;
+          continue;
+        }
+        spdlog::error("finish_unprocessable job={} run={} | {}; not recorded: the job stays running and is "
+                      "rescued after heartbeat_ttl",
+                      requests[k].job_id, requests[k].run_count, OneLine(e.what()));
+        results.push_back({requests[k].job_id, false, "", 0, 0});
+        fates[k] = RowFate::kGivenUp;
+      }
+      break;
     }
-    finish(k);
   }
   return results;
 }
@@ -177,7 +193,7 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       members.push_back(i);
     }
     std::vector<FinishResult> results;
-    std::vector<bool> held(requests.size(), false);
+    std::vector<RowFate> fates(requests.size(), RowFate::kWritten);
     // The batch in one statement; if one row cannot be stored (a result
     // jsonb rejects, e.g. \u0000) or a transition hook refuses one, row by
     // row, recording a row that still fails as a failed run.
@@ -186,7 +202,7 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
         if (!one_by_one) {
           results = session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, requests, hooks_); });
         } else {
-          results = FinishOneByOne(worker_id, requests, held);
+          results = FinishOneByOne(worker_id, requests, fates);
           for (std::size_t k = 0; k < members.size(); ++k) batch[members[k]].outcome = requests[k].outcome;
         }
         break;
@@ -211,8 +227,13 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       ++statements_;
     }
     for (std::size_t k = 0; k < members.size(); ++k) {
-      if (held[k]) {
+      if (fates[k] == RowFate::kRefused) {
         refused.push_back(std::move(batch[members[k]]));
+        continue;
+      }
+      if (fates[k] == RowFate::kGivenUp) {
+        metrics_.JobEnded(batch[members[k]].job.task, "unprocessable", batch[members[k]].duration_ms / 1000);
+        batch[members[k]].done();
         continue;
       }
       LogFinish(batch[members[k]], results[k]);

@@ -63,12 +63,18 @@ class Finisher {
   // Write's work: records what it can of `batch`, moving refused finishes
   // to `refused`.
   bool WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>& refused);
+  // What became of one request of the row-by-row pass.
+  enum class RowFate { kWritten, kRefused, kGivenUp };
   // After a batch failed with an SQL error or a hook's refusal: records
-  // `requests` one at a time, turning a request that still fails into a
-  // failed run ("BadResult"); sets refused[k] for those a hook refused.
+  // `requests` one at a time. A request the database still refuses becomes a
+  // failed run (retry, "BadResult"), then a permanent failure
+  // ("Unprocessable"); one refused even so is given up (kGivenUp: logged,
+  // its slot freed, the job left running for the rescue). A hook's refusal
+  // is kRefused. So one row never keeps the others of its batch, or the
+  // batch, from being recorded (docs/reliability.md).
   std::vector<FinishResult> FinishOneByOne(const std::string& worker_id,
                                            std::vector<FinishRequest>& requests,
-                                           std::vector<bool>& refused);
+                                           std::vector<RowFate>& fates);
 
   DbSession session_;
   OutageLog outage_;  // the database being away; used on the finisher thread only

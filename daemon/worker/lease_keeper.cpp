@@ -8,6 +8,7 @@
 #include "core/duration.h"
 #include "core/redact.h"
 #include "pg/pg_error.h"
+#include "worker/job_finish.h"
 #include "worker/log_line.h"
 #include "worker/outage_log.h"
 
@@ -55,6 +56,11 @@ void LeaseKeeper::Stop(bool deregister) {
   }
 }
 
+void LeaseKeeper::SetHeldJobs(std::function<std::vector<std::int64_t>()> held_jobs) {
+  std::lock_guard lock(mu_);
+  held_jobs_ = std::move(held_jobs);
+}
+
 std::string LeaseKeeper::worker_id() const {
   std::lock_guard lock(mu_);
   return identity_.id;
@@ -76,12 +82,15 @@ void LeaseKeeper::Loop() {
     }
     try {
       Round();
+      round_failed_ = false;
       if (auto ended = outage.Success()) {
         spdlog::info("heartbeat_recovered failures={} outage_ms={}", ended->failures, ended->ms);
       }
     } catch (const pg::ConnectionError& e) {
+      round_failed_ = true;
       spdlog::log(outage.Failure(), "heartbeat_failed | {}", OneLine(e.what()));
     } catch (const std::exception& e) {
+      round_failed_ = true;
       spdlog::error("heartbeat_failed | {}", OneLine(e.what()));
     }
     {
@@ -103,6 +112,46 @@ void LeaseKeeper::CheckExpiry() {
       "lease_lost worker={} stopped_jobs={} | no heartbeat for {}; claiming paused until the "
       "database answers",
       identity_.id, stopped, FormatDuration(expiry.count()));
+}
+
+void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector<OwnedJob>& owned) {
+  std::function<std::vector<std::int64_t>()> held_jobs;
+  {
+    std::lock_guard lock(mu_);
+    held_jobs = held_jobs_;
+  }
+  if (!held_jobs) return;
+  // Read after the database: a job claimed before that read was added to
+  // its runner's held set microseconds after its commit, and it is settled
+  // only heartbeat_ttl later.
+  std::set<std::int64_t> held;
+  for (std::int64_t id : held_jobs()) held.insert(id);
+  std::vector<FinishRequest> orphans;
+  for (const OwnedJob& job : owned) {
+    if (job.settled && !held.contains(job.id)) {
+      orphans.push_back({job.id, job.run_count, JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}});
+    }
+  }
+  for (const FinishRequest& orphan : orphans) {
+    try {
+      // Fenced like any finish (worker id, run_count, still running).
+      FinishResult r = session_.Run([&](pg::Connection& c) {
+        return FinishJobs(c, worker_id, {orphan}, hooks_).front();
+      });
+      if (r.applied) {
+        spdlog::warn("orphan_released job={} run={} state={} | running under this worker in the database "
+                     "but not held here (its finish was given up or lost); no attempt spent",
+                     orphan.job_id, orphan.run_count, r.state);
+      }
+    } catch (const pg::ConnectionError&) {
+      throw;
+    } catch (const std::exception& e) {  // an SQL error or a hook's refusal: next round
+      if (skipped_logged_.insert(orphan.job_id).second) {
+        spdlog::error("orphan_release_failed job={} | {}; tried again each round", orphan.job_id,
+                      OneLine(e.what()));
+      }
+    }
+  }
 }
 
 void LeaseKeeper::Round() {
@@ -136,7 +185,9 @@ void LeaseKeeper::Round() {
 
   // Jobs running here that the database no longer gives us, and cancels.
   auto before = running_.Snapshot();
-  auto owned = session_.Run([&](pg::Connection& c) { return OwnedRunningJobs(c, identity.id); });
+  auto owned = session_.Run(
+      [&](pg::Connection& c) { return OwnedRunningJobs(c, identity.id, timings_.heartbeat_ttl_us); });
+  ReleaseOrphans(identity.id, owned);
   std::set<std::pair<std::int64_t, std::int32_t>> ours;
   for (const OwnedJob& job : owned) {
     ours.emplace(job.id, job.run_count);
@@ -153,11 +204,48 @@ void LeaseKeeper::Round() {
     }
   }
 
-  auto rescued = session_.Run(
-      [&](pg::Connection& c) { return RescueLostJobs(c, timings_.heartbeat_ttl_us, hooks_); });
+  // After an outage every worker's heartbeat looks old: the first daemon
+  // back would rescue the jobs of the others, whose finishes are waiting to
+  // be written, and run them again. So the rescue holds off for heartbeat_ttl
+  // after this daemon's own outage ends: by then each daemon that is alive
+  // has heartbeaten and written its pending finishes (the finisher retries
+  // every 500 ms at most); a worker still silent then is dead.
+  if (round_failed_) {
+    rescue_after_ = Clock::now() + std::chrono::microseconds(timings_.heartbeat_ttl_us);
+    spdlog::info("rescue_held ms={} | the database is back after an outage; live daemons get "
+                 "heartbeat_ttl to heartbeat and write their finishes first",
+                 timings_.heartbeat_ttl_us / 1000);
+  }
+  if (Clock::now() < rescue_after_) return;
+  // The rescue's failures are its own (rescue_failed): the heartbeat above
+  // worked, and the lease holds.
+  std::vector<std::int64_t> skipped;
+  std::vector<RescuedJob> rescued;
+  try {
+    rescued = session_.Run(
+        [&](pg::Connection& c) { return RescueLostJobs(c, timings_.heartbeat_ttl_us, hooks_, &skipped); });
+  } catch (const pg::ConnectionError&) {
+    throw;
+  } catch (const pg::PgError& e) {
+    spdlog::error("rescue_failed | {}", OneLine(e.what()));
+  }
   for (const RescuedJob& job : rescued) {
-    spdlog::warn("rescue job={} lost_worker={} state={}", job.id,
-                 LogValue(job.worker_id.empty() ? "none" : job.worker_id), job.state);
+    if (job.error == "Unprocessable") {
+      spdlog::error("rescue job={} lost_worker={} state={} error=Unprocessable | its rescue could not be "
+                    "written; failed instead",
+                    job.id, LogValue(job.worker_id.empty() ? "none" : job.worker_id), job.state);
+    } else {
+      spdlog::warn("rescue job={} lost_worker={} state={}", job.id,
+                   LogValue(job.worker_id.empty() ? "none" : job.worker_id), job.state);
+    }
+  }
+  // A row no statement could change is named once per daemon, not every round.
+  for (std::int64_t id : skipped) {
+    if (skipped_logged_.insert(id).second) {
+      spdlog::error("rescue_skipped job={} | neither its rescue nor its failure could be written; left "
+                    "running and tried again each round",
+                    id);
+    }
   }
 }
 

@@ -20,9 +20,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "config/config.h"
 #include "worker/db_session.h"
@@ -47,6 +50,13 @@ class LeaseKeeper {
   // about once a second by the daemon's main thread, and after each round.
   void CheckExpiry();
 
+  // Tells the keeper which jobs the daemon holds (claimed and not yet
+  // finished). Each round, a job the database says this worker runs, claimed
+  // over heartbeat_ttl ago, that the daemon does not hold (its finish was
+  // given up, or lost with a failover) is released: queued again, no attempt
+  // spent. Set once, after the runners exist; until then nothing is released.
+  void SetHeldJobs(std::function<std::vector<std::int64_t>()> held_jobs);
+
   std::string worker_id() const;
   // False while the lease is lost (no heartbeat for heartbeat_ttl).
   bool held() const { return held_.load(std::memory_order_acquire); }
@@ -56,11 +66,17 @@ class LeaseKeeper {
  private:
   void Loop();
   void Round();
+  // Releases `owned` jobs that are settled and not held (SetHeldJobs).
+  void ReleaseOrphans(const std::string& worker_id, const std::vector<OwnedJob>& owned);
 
   DbSession session_;
   WorkerConfig timings_;
   const TransitionHooks* hooks_;  // may be null
   RunningJobs& running_;
+  std::function<std::vector<std::int64_t>()> held_jobs_;  // guarded by mu_
+  std::set<std::int64_t> skipped_logged_;  // rescue_skipped jobs named once; the loop thread only
+  bool round_failed_ = false;                  // the last round failed; the loop thread only
+  std::chrono::steady_clock::time_point rescue_after_{};  // no rescue before; the loop thread only
   std::atomic<bool> held_{true};
   std::thread thread_;
   mutable std::mutex mu_;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "pg/params.h"
+#include "pg/pg_error.h"
 #include "pg/transaction.h"
 #include "worker/job_finish.h"
 
@@ -28,33 +29,64 @@ void DeregisterWorker(pg::Connection& conn, const std::string& worker_id) {
   conn.exec("DELETE FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(worker_id));
 }
 
-std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id) {
+std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,
+                                       std::int64_t settled_us) {
   pg::Result rows = conn.exec(
-      "SELECT id, run_count, cancel_requested_at IS NOT NULL FROM akadze.jobs"
+      "SELECT id, run_count, cancel_requested_at IS NOT NULL,"
+      " COALESCE(started_at < now() - $2::bigint * interval '1 microsecond', true) FROM akadze.jobs"
       " WHERE worker_id = $1::uuid AND state = 'running'",
-      pg::Params().add(worker_id));
+      pg::Params().add(worker_id).add(settled_us));
   std::vector<OwnedJob> jobs;
   for (int i = 0; i < rows.rows(); ++i) {
     jobs.push_back({rows.int64(i, 0), static_cast<std::int32_t>(rows.int64(i, 1)),
-                    rows.boolean(i, 2)});
+                    rows.boolean(i, 2), rows.boolean(i, 3)});
   }
   return jobs;
 }
 
+namespace {
+
+// Running jobs whose worker is dead: its row's heartbeat is older than the
+// ttl ($1), or it has no row and the job started more than the ttl ago or
+// more than the ttl in the future (no claim writes that: an application
+// did, and the job would otherwise never be rescued). $2: jobs to leave
+// alone; $3: only these jobs (NULL: all).
+constexpr const char* kLostSql =
+    "SELECT j.id, j.worker_id FROM akadze.jobs j LEFT JOIN akadze.workers w ON w.id = j.worker_id"
+    "  WHERE j.state = 'running' AND j.id <> ALL($2::int8[])"
+    "    AND ($3::int8[] IS NULL OR j.id = ANY($3::int8[]))"
+    "    AND (w.id IS NOT NULL AND w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
+    "      OR w.id IS NULL AND (COALESCE(j.started_at, '-infinity') < now() - $1::bigint * interval '1 microsecond'"
+    "        OR j.started_at > now() + $1::bigint * interval '1 microsecond'))";
+
+std::vector<RescuedJob> ToRescued(const pg::Result& rows, const char* error) {
+  std::vector<RescuedJob> out;
+  for (int i = 0; i < rows.rows(); ++i) {
+    out.push_back({rows.int64(i, 0), std::string(rows.text(i, 1)), std::string(rows.text(i, 2)), error});
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us,
-                                       const TransitionHooks* hooks) {
+                                       const TransitionHooks* hooks,
+                                       std::vector<std::int64_t>* skipped) {
+  // A heartbeat more than the ttl in the future (a hand-written row, or a
+  // server clock set back) would keep its worker alive for ever: it is set
+  // to now(), so the worker is dead after the ttl unless it heartbeats.
+  conn.exec(
+      "UPDATE akadze.workers SET heartbeat_at = now() WHERE id IN (SELECT w.id FROM akadze.workers w"
+      "  WHERE w.heartbeat_at > now() + $1::bigint * interval '1 microsecond' FOR UPDATE SKIP LOCKED)",
+      pg::Params().add(ttl_us));
   // RETURNING sees new values only: the lost worker comes from the CTE.
+  // Counters saturate at int4's maximum rather than fail the statement for
+  // every row beside the one an application wrote at the limit.
   static const std::string kSql = fmt::format(
-      "WITH lost AS ("
-      "  SELECT j.id, j.worker_id FROM akadze.jobs j LEFT JOIN akadze.workers w ON w.id = j.worker_id"
-      "  WHERE j.state = 'running' AND j.id <> ALL($2::int8[])"
-      "    AND (w.id IS NOT NULL AND w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
-      "      OR w.id IS NULL AND COALESCE(j.started_at, '-infinity')"
-      "         < now() - $1::bigint * interval '1 microsecond')"
-      "  FOR UPDATE OF j SKIP LOCKED),"
+      "WITH lost AS ({2} FOR UPDATE OF j SKIP LOCKED),"
       " rescued AS ("
       "  UPDATE akadze.jobs AS j SET"
-      "   attempt = j.attempt + 1,"
+      "   attempt = LEAST(j.attempt::int8 + 1, 2147483647)::int,"
       "   state = {0},"
       "   errors = {1},"
       "   finished_at = CASE WHEN {0} = 'queued' THEN NULL ELSE now() END,"
@@ -65,32 +97,76 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       // A rescue is a failed run without a backoff.
       NextStateSql("'retry'"), AppendErrorSql("j.errors", "'WorkerLost'",
                      "'worker ' || COALESCE(lost.worker_id::text, '(none)')"
-                     " || ' stopped heartbeating for ' || ($1::bigint / 1000000) || 's'"));
+                     " || ' stopped heartbeating for ' || ($1::bigint / 1000000) || 's'"),
+      kLostSql);
   // With hooks, the rescue and its hooks share a transaction; a job a hook
   // refuses stays running (its hook_failed is logged) and the others are
   // rescued without it.
   const bool hooked = hooks && hooks->AnyFrom("running");
   std::vector<std::int64_t> refused;
-  pg::Result rows;
-  for (;;) {
-    std::optional<pg::Transaction> tx;
-    if (hooked) tx.emplace(conn);
-    rows = conn.exec(kSql, pg::Params().add(ttl_us).add_array(refused));
-    if (!tx) break;
-    std::vector<std::int64_t> ids;
-    for (int i = 0; i < rows.rows(); ++i) ids.push_back(rows.int64(i, 0));
-    try {
-      hooks->Fire(conn, "running", ids);
-      tx->commit();
-      break;
-    } catch (const HookError& e) {
-      tx->rollback();
-      refused.push_back(e.job_id());
+  auto rescue = [&](const std::optional<std::vector<std::int64_t>>& only) {
+    for (;;) {
+      std::optional<pg::Transaction> tx;
+      if (hooked) tx.emplace(conn);
+      pg::Params params;
+      params.add(ttl_us).add_array(refused);
+      if (only) {
+        params.add_array(*only);
+      } else {
+        params.add(std::optional<std::string>());
+      }
+      pg::Result rows = conn.exec(kSql, params);
+      if (!tx) return rows;
+      std::vector<std::int64_t> ids;
+      for (int i = 0; i < rows.rows(); ++i) ids.push_back(rows.int64(i, 0));
+      try {
+        hooks->Fire(conn, "running", ids);
+        tx->commit();
+        return rows;
+      } catch (const HookError& e) {
+        tx->rollback();
+        refused.push_back(e.job_id());
+      }
     }
-  }
+  };
   std::vector<RescuedJob> rescued;
-  for (int i = 0; i < rows.rows(); ++i) {
-    rescued.push_back({rows.int64(i, 0), std::string(rows.text(i, 1)), std::string(rows.text(i, 2))});
+  try {
+    rescued = ToRescued(rescue(std::nullopt), "WorkerLost");
+  } catch (const pg::TransientError&) {
+    throw;  // a deadlock or serialization failure: the next round tries again
+  } catch (const pg::SqlError&) {
+    // One row makes the statement fail for all: each lost job alone, and one
+    // that still fails is failed as Unprocessable; one that cannot even be
+    // failed is skipped (logged by the caller) and tried again next round.
+    pg::Result lost = conn.exec(std::string(kLostSql),
+                                pg::Params().add(ttl_us).add_array(refused).add(std::optional<std::string>()));
+    for (int i = 0; i < lost.rows(); ++i) {
+      const std::int64_t id = lost.int64(i, 0);
+      try {
+        for (RescuedJob& job : ToRescued(rescue(std::vector<std::int64_t>{id}), "WorkerLost")) {
+          rescued.push_back(std::move(job));
+        }
+        continue;
+      } catch (const pg::TransientError&) {
+        throw;
+      } catch (const pg::SqlError& e) {
+        try {
+          pg::Result rows = conn.exec(
+              "UPDATE akadze.jobs AS j SET state = 'failed', finished_at = now(), errors = " +
+                  AppendErrorSql("j.errors", "'Unprocessable'",
+                                 "'the rescue could not record this job (SQLSTATE ' || $2 || ')'") +
+                  " WHERE j.id = $1 AND j.state = 'running'"
+                  " RETURNING j.id, COALESCE(j.worker_id::text, ''), j.state",
+              pg::Params().add(id).add(e.sqlstate().empty() ? std::string("none") : e.sqlstate()));
+          for (RescuedJob& job : ToRescued(rows, "Unprocessable")) rescued.push_back(std::move(job));
+          continue;
+        } catch (const pg::TransientError&) {
+          throw;
+        } catch (const pg::SqlError&) {
+        }
+      }
+      if (skipped) skipped->push_back(id);
+    }
   }
   // SKIP LOCKED: a row its worker is heartbeating right now is not dead.
   conn.exec(

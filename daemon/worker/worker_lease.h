@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,15 +36,18 @@ struct OwnedJob {
   std::int64_t id = 0;
   std::int32_t run_count = 0;
   bool cancel_requested = false;
+  bool settled = false;  // claimed (started_at) over `settled_us` ago, or no started_at
 };
 
 // The jobs the database says this worker runs now.
-std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id);
+std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,
+                                       std::int64_t settled_us = 0);
 
 struct RescuedJob {
   std::int64_t id = 0;
   std::string worker_id;  // the lost worker ("" when the job had none)
   std::string state;      // queued, or failed when attempts are spent
+  std::string error;      // WorkerLost, or Unprocessable (failed: no rescue could be written)
 };
 
 // Rescues running jobs whose worker has not heartbeaten for `ttl_us` (or has
@@ -54,7 +58,16 @@ struct RescuedJob {
 // workers that own no running job. Returns the rescued jobs.
 // With `hooks`, each rescue runs them in its transaction; a job one refuses
 // stays running (retried next round) and the rest are rescued.
+//
+// One row never fails the round for the others (docs/reliability.md, "Rows
+// that cannot be processed"): counters saturate at int4's maximum; if the
+// statement still fails with an SQL error, each lost job is rescued alone,
+// one that fails alone is failed as Unprocessable, and one that cannot even
+// be failed is left running, its id appended to `skipped`, and tried again
+// next round. A worker heartbeat more than `ttl_us` in the future is set to
+// now() first. Throws pg::ConnectionError and pg::TransientError.
 std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us,
-                                       const TransitionHooks* hooks = nullptr);
+                                       const TransitionHooks* hooks = nullptr,
+                                       std::vector<std::int64_t>* skipped = nullptr);
 
 }  // namespace akadzed
