@@ -19,7 +19,8 @@ std::string PastTimestampSql(std::string_view column) {
 }
 
 std::string AgeSecondsSql(std::string_view column) {
-  return fmt::format("EXTRACT(EPOCH FROM now() - {})::float8", PastTimestampSql(column));
+  return fmt::format("(CASE WHEN {0} IS NOT NULL THEN EXTRACT(EPOCH FROM now() - {1})::float8 END)", column,
+                     PastTimestampSql(column));
 }
 
 }  // namespace akadzed

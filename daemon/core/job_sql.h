@@ -23,10 +23,12 @@ std::string AppendErrorSql(std::string_view errors, std::string_view error,
 // `column` (a timestamptz expression) held within [the earliest timestamptz,
 // now()]: now() minus it is always a finite interval ('-infinity' counts as
 // 4714 BC, a future time or 'infinity' as now()), where now() - column fails
-// the statement for every row beside an infinite one.
+// the statement for every row beside an infinite one. For a column that is
+// never NULL (GREATEST skips a NULL: it would read as 4714 BC).
 std::string PastTimestampSql(std::string_view column);
 
-// Seconds from `column` to now(), at least 0, as float8 (PastTimestampSql).
+// Seconds from `column` to now(), at least 0, as float8 (PastTimestampSql);
+// NULL where `column` is NULL.
 std::string AgeSecondsSql(std::string_view column);
 
 }  // namespace akadzed

@@ -5,6 +5,10 @@
 // retry), keep running, and every job is audited at the end.
 // heartbeat_ttl (15 s) outlasts the outage, so the daemons keep their leases
 // and their handlers run on; finishes written during the outage are retried.
+//
+// Then an outage longer than heartbeat_ttl: every daemon loses its lease,
+// and finishes held through the outage must be written before any daemon
+// rescues their jobs (docs/reliability.md, "Finishes after an outage").
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -141,6 +145,50 @@ TEST_CASE("PostgreSQL restarts (-m fast, -m immediate) under three daemons: they
   INFO(audit.Summary());
   CHECK(audit.ok());
   CHECK(audit.samples > 100);
+}
+
+TEST_CASE("an outage longer than heartbeat_ttl: finishes held through it are written before any "
+          "rescue, so no completed run is repeated",
+          "[faults][restart][direct]") {
+  // Jobs of 100-400 ms: many complete during the outage, their finishes
+  // held by the finisher; the handlers still running when a lease is lost
+  // are stopped without a finish and rightly run again.
+  FaultScenario s;  // heartbeat 200 ms, ttl 1.5 s
+  const int keys = 20;
+  const int outages = 2;
+  s.SetLimits(keys);
+  s.Enqueue("shell", 400, keys, 100, 400, 0.3);
+  s.sampler().Start();
+  for (int i = 0; i < 3; ++i) s.StartDaemon();
+  for (int o = 0; o < outages; ++o) {
+    const std::int64_t done = s.CountJobs("state = 'succeeded'");
+    REQUIRE(WaitUntil([&] { return s.CountJobs("state = 'succeeded'") >= done + 30; }, 60s));
+    Cluster().stop();
+    // The outage's length is the fault itself: twice heartbeat_ttl.
+    std::this_thread::sleep_for(3s);
+    Cluster().start();
+  }
+  REQUIRE(s.WaitAllFinished(180s));
+  CHECK(s.StopDaemons() == 0);
+  REQUIRE(s.WaitHandlersGone(30s));
+  AuditReport audit = s.RunAudit();
+  // Every job succeeds once; a completed run beyond that is a repeat.
+  const std::int64_t repeated = audit.executions - audit.succeeded;
+  int held = 0, lost = 0;
+  for (int d = 0; d < 3; ++d) {
+    held += s.CountLogLines(d, "event=rescue_held");
+    lost += s.CountLogLines(d, "event=lease_lost");
+  }
+  std::ostringstream faults, recovery;
+  faults << outages << " outages of 3 s against heartbeat_ttl 1.5 s (pg_ctl stop -m immediate, start)";
+  recovery << repeated << " completed runs repeated; " << audit.reruns << " reruns in all; " << lost
+           << " leases lost, " << held << " rescues held off after an outage";
+  s.Report("1b. PostgreSQL outage past heartbeat_ttl", audit, faults.str(), recovery.str());
+  INFO(audit.Summary());
+  CHECK(audit.ok());
+  CHECK(audit.succeeded == audit.jobs);
+  CHECK(lost >= 3);  // the outage was long enough to matter
+  CHECK(repeated == 0);
 }
 
 }  // namespace
