@@ -57,7 +57,9 @@ void LeaseKeeper::Stop(bool deregister) {
 }
 
 void LeaseKeeper::SetHeldJobs(std::function<std::vector<std::int64_t>()> held_jobs) {
-  std::lock_guard lock(mu_);
+  // Waits for a call in flight: after SetHeldJobs(nullptr) returns, what the
+  // old function reads may go.
+  std::lock_guard lock(held_jobs_mu_);
   held_jobs_ = std::move(held_jobs);
 }
 
@@ -115,17 +117,15 @@ void LeaseKeeper::CheckExpiry() {
 }
 
 void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector<OwnedJob>& owned) {
-  std::function<std::vector<std::int64_t>()> held_jobs;
-  {
-    std::lock_guard lock(mu_);
-    held_jobs = held_jobs_;
-  }
-  if (!held_jobs) return;
   // Read after the database: a job claimed before that read was added to
   // its runner's held set microseconds after its commit, and it is settled
   // only heartbeat_ttl later.
   std::set<std::int64_t> held;
-  for (std::int64_t id : held_jobs()) held.insert(id);
+  {
+    std::lock_guard lock(held_jobs_mu_);
+    if (!held_jobs_) return;
+    for (std::int64_t id : held_jobs_()) held.insert(id);
+  }
   std::vector<FinishRequest> orphans;
   for (const OwnedJob& job : owned) {
     if (job.settled && !held.contains(job.id)) {

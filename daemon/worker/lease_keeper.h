@@ -73,7 +73,11 @@ class LeaseKeeper {
   WorkerConfig timings_;
   const TransitionHooks* hooks_;  // may be null
   RunningJobs& running_;
-  std::function<std::vector<std::int64_t>()> held_jobs_;  // guarded by mu_
+  // Held while the function is called (it reads the runners), so that
+  // SetHeldJobs(nullptr) waits for a call in flight; taken before any
+  // runner's mutex, never the other way round.
+  std::mutex held_jobs_mu_;
+  std::function<std::vector<std::int64_t>()> held_jobs_;  // guarded by held_jobs_mu_
   std::set<std::int64_t> skipped_logged_;  // rescue_skipped jobs named once; the loop thread only
   bool round_failed_ = false;                  // the last round failed; the loop thread only
   std::chrono::steady_clock::time_point rescue_after_{};  // no rescue before; the loop thread only

@@ -31,6 +31,10 @@ TEST_CASE("backends killed with pg_terminate_backend mid-claim, mid-finish and m
   s.Enqueue("shell", batch, keys, 5, 60, 0.3);
   s.sampler().Start();
   for (int i = 0; i < 3; ++i) s.StartDaemon();
+  // Kills begin once every daemon is up: a daemon that cannot register its
+  // worker at start exits 1 by design (systemd restarts it), and a killed
+  // registration is not the fault this scenario injects.
+  for (int i = 0; i < 3; ++i) REQUIRE(s.daemon(i).WaitForLog("event=started worker=", 60s));
   REQUIRE(WaitUntil([&] { return s.CountJobs("state = 'succeeded'") > 0; }, 60s));
 
   pg::Connection killer = pg::Connection::Open(s.db(), "fault injector");
@@ -72,6 +76,13 @@ TEST_CASE("backends killed with pg_terminate_backend mid-claim, mid-finish and m
     std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 130));
   }
   REQUIRE(s.WaitAllFinished(Long() ? 600s : 180s));
+  for (int d = 0; d < s.daemons_started(); ++d) {
+    if (s.daemon(d).running()) continue;
+    const std::vector<std::string> lines = Lines(s.daemon(d).Log());
+    std::string tail;
+    for (std::size_t i = lines.size() > 30 ? lines.size() - 30 : 0; i < lines.size(); ++i) tail += lines[i] + "\n";
+    FAIL_CHECK("daemon " << d << " died; the end of its log:\n" << tail);
+  }
   CHECK(s.LiveDaemons().size() == 3);
   CHECK(s.StopDaemons() == 0);
   REQUIRE(s.WaitHandlersGone(30s));
