@@ -1,6 +1,7 @@
 #include "claim/claim_planner.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace akadzed {
@@ -119,8 +120,17 @@ bool ClaimPlanner::AtOrBefore(int r, const std::optional<ReadyRow>& bound) const
 }
 
 void ClaimPlanner::SetStreamStart(int stream, const ReadyRow& first_row) {
+  // Just before the first row, in index and in claim order: one id less,
+  // or, for id INT64_MIN, the latest position of the microsecond before.
+  // (A first row at run_at -infinity with id INT64_MIN has no position
+  // before it: the cursor stays on it, and that one row is not read.)
   ReadyRow before = first_row;
-  before.id -= 1;  // just before the first row, in index and in claim order
+  if (before.id != std::numeric_limits<std::int64_t>::min()) {
+    before.id -= 1;
+  } else if (before.run_at_us != std::numeric_limits<std::int64_t>::min()) {
+    before.run_at_us -= 1;
+    before.id = std::numeric_limits<std::int64_t>::max();
+  }
   streams_.at(static_cast<std::size_t>(stream)).frontier = before;
 }
 

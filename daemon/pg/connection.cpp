@@ -20,9 +20,12 @@ namespace {
 // arrived while idle) go through the logger as pg_notice events at their
 // severity's level, never raw to stderr, which would break the one event per
 // line of logs and bypass logging.file and the JSON format. The text is
-// redacted and on one line; it never holds job args or results (no akadzed
-// statement raises notices about them).
-void LogNotice(void* /*arg*/, const PGresult* notice) {
+// redacted, on one line and cut to 500 bytes: akadzed's own statements
+// raise no notice about job args or results, but an application's trigger
+// or an SQL hook may (RAISE NOTICE '%', NEW.args). Notices sent while the
+// connection is being opened still go to libpq's default (stderr): the
+// receiver is set once the connection exists.
+void LogNoticeUnsafe(const PGresult* notice) {
   auto field = [&](int code) {
     const char* value = PQresultErrorField(notice, code);
     return std::string(value != nullptr ? value : "");
@@ -45,7 +48,15 @@ void LogNotice(void* /*arg*/, const PGresult* notice) {
   for (char& c : severity) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const std::string sqlstate = field(PG_DIAG_SQLSTATE);
   spdlog::log(level, "pg_notice severity={} sqlstate={} | {}", severity.empty() ? "unknown" : severity,
-              sqlstate.empty() ? "none" : sqlstate, OneLine(RedactSecrets(message)));
+              sqlstate.empty() ? "none" : sqlstate, TruncateUtf8(OneLine(RedactSecrets(message)), 500));
+}
+
+// libpq calls this from C: nothing may unwind through it.
+void LogNotice(void* /*arg*/, const PGresult* notice) {
+  try {
+    LogNoticeUnsafe(notice);
+  } catch (...) {
+  }
 }
 
 // A short name for the statement, for error messages: its first word(s).

@@ -16,6 +16,14 @@ bool IsTransientSqlState(std::string_view s) {
          || IsConnectionSqlState(s);
 }
 
+bool IsRowFaultSqlState(std::string_view s) {
+  if (s.size() != 5) return false;
+  for (std::string_view server : {"08", "25", "40", "53", "55", "57", "58", "XX"}) {
+    if (s.starts_with(server)) return false;
+  }
+  return true;
+}
+
 bool IsConnectionSqlState(std::string_view s) {
   return s.starts_with("08")  // connection_exception class
          || s == "57P01"      // admin_shutdown

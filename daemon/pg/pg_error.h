@@ -70,6 +70,13 @@ class InDoubtError : public ConnectionError {
 bool IsTransientSqlState(std::string_view sqlstate);
 // True for SQLSTATEs that mean the session is gone (class 08, admin shutdown, ...).
 bool IsConnectionSqlState(std::string_view sqlstate);
+// True for SQLSTATEs that may be the fault of one row of a statement (a data
+// exception, a constraint, an application's trigger or hook raising, ...),
+// false for the server's state rather than the data (no SQLSTATE, classes
+// 08, 25 such as a read-only transaction, 40, 53, 55, 57 such as a statement
+// timeout or cancel, 58, XX): only after the former may a statement be
+// retried row by row and a row that still fails be given an outcome.
+bool IsRowFaultSqlState(std::string_view sqlstate);
 
 // Sees every PgError just before ThrowForResult(), ThrowForConnection() or
 // Transaction::commit() throws it, on the throwing thread: the daemon counts

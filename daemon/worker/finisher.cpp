@@ -150,6 +150,9 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
       } catch (const pg::TransientError&) {
         throw;
       } catch (const pg::SqlError& e) {
+        // The server's state (a timeout, a cancel, a read-only server), not
+        // this row: the pass ends and the batch is tried again later.
+        if (!pg::IsRowFaultSqlState(e.sqlstate())) throw;
         const std::string why = std::string("the database refused the outcome: ") + e.what();
         if (rung == 0) {
           requests[k].outcome = RetryOutcome("BadResult", why);
@@ -214,7 +217,9 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
         spdlog::warn("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
         return false;
       } catch (const pg::PgError& e) {
-        if (one_by_one) {
+        // Row by row only for what one row can cause; the server's state
+        // (a timeout, a read-only server) is waited out, batch and all.
+        if (one_by_one || !pg::IsRowFaultSqlState(e.sqlstate())) {
           spdlog::error("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
           return false;
         }

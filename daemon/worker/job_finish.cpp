@@ -95,7 +95,10 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
       " WHERE j.id = f.id AND j.run_count = f.run_count AND j.worker_id = $1::uuid"
       "   AND j.state = 'running'"
       " RETURNING j.id, j.state, j.attempt,"
-      "   extract(epoch FROM greatest(j.run_at - now(), interval '0'))::float8",
+      // run_at may be infinite (a job claimed at '-infinity' keeps it on
+      // success): now() - infinity would fail the finish of every row.
+      "   CASE WHEN j.run_at <= now() THEN 0::float8 WHEN isfinite(j.run_at)"
+      "     THEN extract(epoch FROM j.run_at - now())::float8 ELSE 'Infinity'::float8 END",
       kNewState, AppendErrorSql("j.errors", "f.error", "f.message"));
   pg::Params params;
   params.add(worker_id).add_array(ids).add_array(run_counts).add_array(kinds);

@@ -17,9 +17,10 @@ namespace akadzed {
 
 namespace {
 
-// Jobs a transition hook may refuse in one claim round before the round
-// gives up (claim_failed) and backs off.
+// New refusals of a transition hook one claim round takes before it ends
+// without a claim, and how long a refused job is passed over.
 constexpr int kMaxRefusedPerRound = 16;
+constexpr std::chrono::seconds kRefusalHold{10};
 
 }  // namespace
 
@@ -147,20 +148,37 @@ void QueueRunner::ClaimLoop() {
       };
       try {
         if (in_doubt_worker) {
-          ReleaseInDoubtClaim(*in_doubt_worker);
+          // A connection error keeps it for the next round; an SQL error (a
+          // row the release cannot write) must not stop this queue's claims:
+          // the lease keeper releases such jobs once they are heartbeat_ttl
+          // old and no runner holds them.
+          try {
+            ReleaseInDoubtClaim(*in_doubt_worker);
+          } catch (const pg::ConnectionError&) {
+            throw;
+          } catch (const std::exception& e) {
+            spdlog::warn("release_failed queue={} | {}; the lease keeper releases them after heartbeat_ttl",
+                         LogValue(queue_.name), OneLine(e.what()));
+          }
           in_doubt_worker.reset();
         }
         // A job a transition hook refuses (logged by the hook runner) is left
-        // queued and the claim tried again without it, so one refused job
-        // never stops the queue; it is offered to the hook again next round.
+        // queued and passed over for kRefusalHold, so a refused job never
+        // stops the queue; the hook is asked again after that. At most
+        // kMaxRefusedPerRound new refusals a round: then the round claims
+        // nothing and the next one goes on with the ones collected.
+        const auto now = Clock::now();
+        std::erase_if(refused_, [&](const auto& r) { return r.second <= now; });
+        for (const auto& [id, until] : refused_) request.exclude_ids.push_back(id);
         ClaimResult result;
-        for (;;) {
+        for (int refusals = 0;;) {
           try {
             result = session_.Run([&](pg::Connection& c) { return RunClaim(c, request); });
             break;
           } catch (const HookError& e) {
-            if (static_cast<int>(request.exclude_ids.size()) >= kMaxRefusedPerRound) throw;
+            refused_[e.job_id()] = Clock::now() + kRefusalHold;
             request.exclude_ids.push_back(e.job_id());
+            if (++refusals == kMaxRefusedPerRound) break;
           }
         }
         for (const ClaimedJob& job : result.unprocessable) {

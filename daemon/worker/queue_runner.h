@@ -29,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -105,6 +106,9 @@ class QueueRunner {
   std::deque<Claimed> ready_;            // guarded by mu_
   int busy_ = 0;                         // claimed, finish not recorded; guarded by mu_
   std::unordered_multiset<std::int64_t> held_;  // ids of those busy slots; guarded by mu_
+  // Jobs a transition hook refused at the claim, passed over until then;
+  // the claim thread only.
+  std::unordered_map<std::int64_t, std::chrono::steady_clock::time_point> refused_;
   bool claiming_ = true;                 // guarded by mu_
   bool executors_stop_ = false;          // guarded by mu_
   bool wake_ = false;                    // guarded by mu_

@@ -134,7 +134,10 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
     rescued = ToRescued(rescue(std::nullopt), "WorkerLost");
   } catch (const pg::TransientError&) {
     throw;  // a deadlock or serialization failure: the next round tries again
-  } catch (const pg::SqlError&) {
+  } catch (const pg::SqlError& e) {
+    // The server's state (a timeout, a read-only server), not a row: the
+    // next round tries again.
+    if (!pg::IsRowFaultSqlState(e.sqlstate())) throw;
     // One row makes the statement fail for all: each lost job alone, and one
     // that still fails is failed as Unprocessable; one that cannot even be
     // failed is skipped (logged by the caller) and tried again next round.
@@ -149,20 +152,27 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
         continue;
       } catch (const pg::TransientError&) {
         throw;
-      } catch (const pg::SqlError& e) {
+      } catch (const pg::SqlError& alone) {
+        if (!pg::IsRowFaultSqlState(alone.sqlstate())) throw;
         try {
+          // Still lost (the same predicate, SKIP LOCKED): never a job that
+          // was rescued and claimed again meanwhile. No hooks: the row
+          // failed with them already.
           pg::Result rows = conn.exec(
-              "UPDATE akadze.jobs AS j SET state = 'failed', finished_at = now(), errors = " +
+              std::string("UPDATE akadze.jobs AS j SET state = 'failed', finished_at = now(), errors = ") +
                   AppendErrorSql("j.errors", "'Unprocessable'",
-                                 "'the rescue could not record this job (SQLSTATE ' || $2 || ')'") +
-                  " WHERE j.id = $1 AND j.state = 'running'"
-                  " RETURNING j.id, COALESCE(j.worker_id::text, ''), j.state",
-              pg::Params().add(id).add(e.sqlstate().empty() ? std::string("none") : e.sqlstate()));
+                                 "'the rescue could not record this job (SQLSTATE ' || $4 || ')'") +
+                  " FROM (" + kLostSql + " FOR UPDATE OF j SKIP LOCKED) lost"
+                  " WHERE j.id = lost.id AND j.state = 'running'"
+                  " RETURNING j.id, COALESCE(lost.worker_id::text, ''), j.state",
+              pg::Params().add(ttl_us).add_array(refused).add_array(std::vector<std::int64_t>{id})
+                  .add(alone.sqlstate().empty() ? std::string("none") : alone.sqlstate()));
           for (RescuedJob& job : ToRescued(rows, "Unprocessable")) rescued.push_back(std::move(job));
           continue;
         } catch (const pg::TransientError&) {
           throw;
-        } catch (const pg::SqlError&) {
+        } catch (const pg::SqlError& again) {
+          if (!pg::IsRowFaultSqlState(again.sqlstate())) throw;
         }
       }
       if (skipped) skipped->push_back(id);

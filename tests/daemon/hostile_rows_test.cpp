@@ -128,11 +128,17 @@ TEST_CASE("aging: a job parked at run_at infinity alone on its level fails no cl
   db.Job("run_at = '-infinity', priority = -32768");
   std::int64_t a = db.Job("priority = 1");
   std::int64_t b = db.Job("priority = 0");
-  ClaimResult r = db.Claim(4, 1'000'000);
-  CHECK(r.jobs.size() == 3);  // the -infinity job has aged beyond every other
+  // The first row of its level at int8's minimum id: the level's read
+  // starts just before it without overflowing.
+  std::int64_t min_id = db.conn.exec("INSERT INTO akadze.jobs (id, task, priority, run_at) OVERRIDING SYSTEM VALUE"
+                                     " VALUES (-9223372036854775808, 't', 3, now() - interval '1 hour') RETURNING id")
+                            .int64(0, 0);
+  ClaimResult r = db.Claim(5, 1'000'000);
+  CHECK(r.jobs.size() == 4);  // the -infinity job has aged beyond every other
   CHECK(r.jobs[0].priority == -32768);
   CHECK(Has(Ids(r.jobs), a));
   CHECK(Has(Ids(r.jobs), b));
+  CHECK(Has(Ids(r.jobs), min_id));
 }
 
 TEST_CASE("run_count 2147483647 on a queued job: failed as Unprocessable, the others claimed", "[hostile]") {
@@ -272,6 +278,10 @@ TEST_CASE("a start window past 100 years is refused, a mark far in the future is
   Db db;
   CHECK_THROWS_AS(db.conn.exec("INSERT INTO akadze.limits (key, max_starts, starts_window)"
                                " VALUES ('k', 1, '101 years')"),
+                  pg::SqlError);
+  // "27 years" to interval comparison, out of range for now() - window.
+  CHECK_THROWS_AS(db.conn.exec("INSERT INTO akadze.limits (key, max_starts, starts_window)"
+                               " VALUES ('k', 1, '70000000 months -2099990000 days')"),
                   pg::SqlError);
   db.conn.exec("INSERT INTO akadze.limits (key, max_starts, starts_window) VALUES ('k', 1, '100 years')");
   db.conn.exec("INSERT INTO akadze.limits (key, max_starts, starts_window) VALUES ('f', 1, '1 hour')");
@@ -513,6 +523,13 @@ TEST_CASE("the daemon over hostile values in every column: each row gets its out
     CHECK(row["errors"].back()["error"] == "Unprocessable");
   }
   CHECK(row_of("run_count max")["run_count"] == kMaxInt);
+  // Claimed and finished once, the finish reading its infinite run_at.
+  for (const std::string what : {"run_at -infinity", "run_at 4714 BC", "id int8 min", "times infinite"}) {
+    json row = row_of(what);
+    INFO(what << ": " << row.dump());
+    CHECK(row["run_count"] == 1);
+    CHECK(row["errors"].empty());
+  }
   CHECK(row_of("attempt max")["attempt"] == kMaxInt);
   CHECK(row_of("attempt max-1, fails")["attempt"] == kMaxInt);
   CHECK(row_of("snoozes max")["snoozes"] == kMaxInt);
@@ -526,7 +543,7 @@ TEST_CASE("the daemon over hostile values in every column: each row gets its out
   // Still claiming; the admin reads work over all of it.
   const std::int64_t after = job("ok");
   CHECK(f.WaitState(after, "succeeded"));
-  for (const std::vector<std::string> args : {std::vector<std::string>{"status"},
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"status"},
                                               std::vector<std::string>{"jobs", "list", "--state", "queued"},
                                               std::vector<std::string>{"workers", "list"},
                                               std::vector<std::string>{"limits", "list"},
