@@ -163,8 +163,8 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
           requests[k].outcome.kind = OutcomeKind::kFail;
           continue;
         }
-        spdlog::error("finish_unprocessable job={} run={} | {}; not recorded: the job stays running and is "
-                      "rescued after heartbeat_ttl",
+        spdlog::error("finish_unprocessable job={} run={} | {}; not recorded: the job stays running until the "
+                      "lease keeper releases it (heartbeat_ttl after its claim)",
                       requests[k].job_id, requests[k].run_count, OneLine(e.what()));
         results.push_back({requests[k].job_id, false, "", 0, 0});
         fates[k] = RowFate::kGivenUp;

@@ -69,7 +69,9 @@ class Finisher {
   // `requests` one at a time. A request the database still refuses becomes a
   // failed run (retry, "BadResult"), then a permanent failure
   // ("Unprocessable"); one refused even so is given up (kGivenUp: logged,
-  // its slot freed, the job left running for the rescue). A hook's refusal
+  // its slot freed, the job left running until the lease keeper releases it
+  // as an orphan). Only for errors one row can cause
+  // (pg::IsRowFaultSqlState); others end the pass like a lost connection. A hook's refusal
   // is kRefused. So one row never keeps the others of its batch, or the
   // batch, from being recorded (docs/reliability.md).
   std::vector<FinishResult> FinishOneByOne(const std::string& worker_id,
