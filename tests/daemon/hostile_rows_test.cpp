@@ -556,6 +556,13 @@ TEST_CASE("the daemon over hostile values in every column: each row gets its out
   }
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait() == 0);
+  // `akadzed claim` exited 1 over a ready -infinity job: every claim failed.
+  const std::int64_t late = job("ok", "run_at = '-infinity'");
+  CommandResult claim =
+      RunAkadzed({"claim", "--queue", "default", "--slots", "2", "--dry-run", "--database-url", f.db});
+  INFO(claim.err);
+  CHECK(claim.exit_code == 0);
+  CHECK(claim.out.find("id=" + std::to_string(late) + " ") != std::string::npos);
   // One event per line: nothing reached the log raw (libpq notices included).
   for (const std::string& line : Lines(daemon->Log())) {
     INFO(line);
