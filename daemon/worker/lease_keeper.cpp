@@ -126,12 +126,20 @@ void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector
     if (!held_jobs_) return;
     for (std::int64_t id : held_jobs_()) held.insert(id);
   }
+  // An orphan is released when two rounds in a row saw it: a claim that
+  // waited on a lock longer than heartbeat_ttl commits with an old
+  // started_at (its transaction's now()), and one round's read may fall
+  // between its commit and its runner taking the jobs, microseconds later.
+  std::set<std::pair<std::int64_t, std::int32_t>> seen;
   std::vector<FinishRequest> orphans;
   for (const OwnedJob& job : owned) {
-    if (job.settled && !held.contains(job.id)) {
+    if (!job.settled || held.contains(job.id)) continue;
+    seen.emplace(job.id, job.run_count);
+    if (orphan_candidates_.contains({job.id, job.run_count})) {
       orphans.push_back({job.id, job.run_count, JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}});
     }
   }
+  orphan_candidates_ = std::move(seen);
   for (const FinishRequest& orphan : orphans) {
     try {
       // Fenced like any finish (worker id, run_count, still running).

@@ -25,6 +25,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -78,6 +79,8 @@ class LeaseKeeper {
   // runner's mutex, never the other way round.
   std::mutex held_jobs_mu_;
   std::function<std::vector<std::int64_t>()> held_jobs_;  // guarded by held_jobs_mu_
+  // Orphans the last round saw (id, run_count); the loop thread only.
+  std::set<std::pair<std::int64_t, std::int32_t>> orphan_candidates_;
   std::set<std::int64_t> skipped_logged_;  // rescue_skipped jobs named once; the loop thread only
   bool round_failed_ = false;                  // the last round failed; the loop thread only
   std::chrono::steady_clock::time_point rescue_after_{};  // no rescue before; the loop thread only
