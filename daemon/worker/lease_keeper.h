@@ -52,10 +52,10 @@ class LeaseKeeper {
   void CheckExpiry();
 
   // Tells the keeper which jobs the daemon holds (claimed and not yet
-  // finished). Each round, a job the database says this worker runs, claimed
-  // over heartbeat_ttl ago, that the daemon does not hold (its finish was
-  // given up, or lost with a failover) is released: queued again, no attempt
-  // spent. Set once, after the runners exist; until then nothing is released.
+  // finished). A job the database says this worker runs, claimed over
+  // heartbeat_ttl ago, that the daemon does not hold, in two rounds in a row
+  // (its finish was given up, or lost with a failover) is released: queued
+  // again, no attempt spent. Set once, after the runners exist; until then nothing is released.
   void SetHeldJobs(std::function<std::vector<std::int64_t>()> held_jobs);
 
   std::string worker_id() const;
