@@ -333,6 +333,15 @@ void QueueRunner::FreeSlot(std::int64_t job_id) {
 }
 
 int QueueRunner::ReleaseInDoubtClaim(const std::string& worker_id) {
+  // A lease lost since the claim hands every job of the old id to the
+  // rescue, which records what happened: some ran here and were dropped
+  // (WorkerLost, an attempt spent). Releasing them would say they never ran.
+  if (!lease_.held() || lease_.worker_id() != worker_id) {
+    spdlog::info("release_skipped queue={} | the lease was lost since the in-doubt claim; the rescue "
+                 "takes its jobs",
+                 LogValue(queue_.name));
+    return 0;
+  }
   // Only this thread adds to held_, so every job this runner holds under
   // worker_id is in the copy; a job leaving held_ meanwhile has had its
   // finish recorded and is no longer running under us.
