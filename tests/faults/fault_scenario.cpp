@@ -74,7 +74,7 @@ std::string FaultScenario::WriteConfig() {
     << "  - {name: ordered, slots: " << options_.slots << ", mode: ordered}\n"
     << "handlers:\n"
     << "  shell:\n"
-    << "    shell: {command: [\"" << shell_script_ << "\"], kill_grace: 2s}\n"
+    << "    shell: {command: [\"" << shell_script_ << "\"], kill_grace: 500ms}\n"
     << "  plugin:\n"
     << "    plugin: {path: libsleepy_plugin.so, config: {record: \"" << record_path() << "\"}}\n"
     << "pruning: {enabled: false}\n"
@@ -127,12 +127,14 @@ void FaultScenario::Enqueue(const std::string& task, int count, int keys, int mi
           options_.max_attempts));
 }
 
-int FaultScenario::StartDaemon() {
+int FaultScenario::StartDaemon(const std::string& database_url) {
   EnvChanges env{{"AKADZED_PLUGIN_PATH", std::string(AKADZED_FAULT_PLUGIN_DIR)}};
   int index = static_cast<int>(daemons_.size());
   std::string log = dir_.path() + "/daemon" + std::to_string(index) + ".log";
   daemons_.push_back(std::make_unique<DaemonProcess>(
-      std::vector<std::string>{"run", "--config", config_, "--database-url", db_}, env, log));
+      std::vector<std::string>{"run", "--config", config_, "--database-url",
+                               database_url.empty() ? db_ : database_url},
+      env, log));
   return index;
 }
 

@@ -66,8 +66,8 @@ class FaultScenario {
   void Enqueue(const std::string& task, int count, int keys, int min_ms, int max_ms,
                double seed = 0.42);
 
-  // Starts one more daemon; returns its index.
-  int StartDaemon();
+  // Starts one more daemon (on `database_url`, default db()); returns its index.
+  int StartDaemon(const std::string& database_url = "");
   // SIGKILL and reap (the handlers it started live on: their own groups).
   void KillDaemon(int index);
   DaemonProcess& daemon(int index) { return *daemons_.at(static_cast<std::size_t>(index)); }
