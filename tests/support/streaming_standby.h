@@ -97,7 +97,8 @@ class StreamingStandby {
   // postmaster), SIGKILLs a paused walsender so that it sends nothing more,
   // and returns once the postmaster is gone (postmaster.pid removed).
   void StopPrimaryImmediate();
-  // `pg_ctl promote -w` on the standby; returns once a read-write session
+  // Promotes the standby (pg_promote(), as `pg_ctl promote`); returns once a
+  // read-write session
   // (target_session_attrs=read-write) opens on it, i.e. it accepts writes.
   void Promote();
   bool promoted() const { return promoted_; }
