@@ -190,13 +190,16 @@ void StreamingStandby::StopDataDirectory(const fs::path& data) const {
   }
 }
 
+// One server, whatever it accepts: target_session_attrs=any, so that a
+// pg::Connection (which asks for read-write unless told) reaches a standby.
 std::string StreamingStandby::primary_conninfo(const std::string& db) const {
-  return "host=127.0.0.1 port=" + std::to_string(primary_->port()) +
-         " user=postgres dbname=" + db;
+  return "host=127.0.0.1 port=" + std::to_string(primary_->port()) + " user=postgres dbname=" +
+         db + " target_session_attrs=any";
 }
 
 std::string StreamingStandby::standby_conninfo(const std::string& db) const {
-  return "host=127.0.0.1 port=" + std::to_string(standby_port_) + " user=postgres dbname=" + db;
+  return "host=127.0.0.1 port=" + std::to_string(standby_port_) + " user=postgres dbname=" + db +
+         " target_session_attrs=any";
 }
 
 std::string StreamingStandby::multi_host_conninfo(const std::string& db) const {
@@ -298,7 +301,8 @@ void StreamingStandby::Promote() {
   promoted_ = true;
   Await(
       [&] {
-        pg::Connection::Open(standby_conninfo() + " target_session_attrs=read-write",
+        pg::Connection::Open("host=127.0.0.1 port=" + std::to_string(standby_port_) +
+                                 " user=postgres dbname=postgres target_session_attrs=read-write",
                              "streaming standby");
         return true;
       },
@@ -320,7 +324,7 @@ std::string StreamingStandby::StartOldPrimaryIsolated(const std::string& db) {
     old_primary_isolated_ = true;
   }
   return "host=" + dir.string() + " port=" + std::to_string(isolated_port_) +
-         " user=postgres dbname=" + db;
+         " user=postgres dbname=" + db + " target_session_attrs=any";
 }
 
 }  // namespace akadzed::test

@@ -62,7 +62,8 @@ class StreamingStandby {
 
   int primary_port() const { return primary_->port(); }
   int standby_port() const { return standby_port_; }
-  // TCP keyword conninfos (host=127.0.0.1, user postgres, trust) for `db`.
+  // TCP keyword conninfos (host=127.0.0.1, user postgres, trust) for `db`
+  // on one server, with target_session_attrs=any (reads on a standby).
   std::string primary_conninfo(const std::string& db = "postgres") const;
   std::string standby_conninfo(const std::string& db = "postgres") const;
   // "host=127.0.0.1,127.0.0.1 port=<primary>,<standby> user=postgres
