@@ -157,6 +157,12 @@ TEST_CASE("proxy: a query through the proxy works, and it reads each connection'
   }
   CHECK(names == std::set<std::string>{"akadzed lease", "akadzed claim fair"});
   CHECK(proxy.accepted() == 2);
+  // A TCP target: a second proxy in front of the first.
+  BlackholeProxy chained(BlackholeProxy::Target::Tcp("127.0.0.1", proxy.port()));
+  Pg twice(Through(chained, db, "chained"));
+  REQUIRE(twice.ok());
+  CHECK(Run(twice.conn, "SELECT 'twice'", 5s).value == "twice");
+  CHECK(proxy.accepted() == 3);
 }
 
 TEST_CASE("proxy: during a cut a query does not return and never reaches the server; after "
