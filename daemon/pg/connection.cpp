@@ -1,5 +1,6 @@
 #include "pg/connection.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -93,7 +94,8 @@ constexpr std::size_t kMaxPrepared = 512;
 
 }  // namespace
 
-Connection Connection::Open(const std::string& conninfo, std::string_view application_name) {
+Connection Connection::Open(const std::string& conninfo, std::string_view application_name,
+                            std::chrono::milliseconds stall_timeout) {
   // Defaults that keep a dead server or network from hanging a thread
   // forever; they come before "dbname", so the conninfo (and PG* variables
   // the user set) override them.
@@ -108,6 +110,7 @@ Connection Connection::Open(const std::string& conninfo, std::string_view applic
       {"keepalives_interval", nullptr, "10"},
       {"keepalives_count", nullptr, "3"},
       {"tcp_user_timeout", nullptr, "60000"},
+      {"target_session_attrs", "PGTARGETSESSIONATTRS", "read-write"},
   };
   std::vector<const char*> keywords;
   std::vector<const char*> values;
@@ -126,7 +129,9 @@ Connection Connection::Open(const std::string& conninfo, std::string_view applic
     ThrowForConnection(raw, "cannot connect to PostgreSQL", conninfo);
   }
   PQsetNoticeReceiver(raw, &LogNotice, nullptr);
-  return Connection(raw);
+  Connection conn(raw);
+  conn.stall_timeout_ = std::max(stall_timeout, std::chrono::milliseconds(0));
+  return conn;
 }
 
 Result Connection::check(PGresult* raw, std::string_view sql, bool during_commit) {

@@ -16,6 +16,7 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -36,9 +37,19 @@ class Connection {
   // Unless conninfo (or $PGCONNECT_TIMEOUT) says otherwise: connect_timeout
   // 10 s, TCP keepalives after 30 s idle (10 s apart, 3 probes) and
   // tcp_user_timeout 60 s, so a vanished server surfaces as an error.
+  // Unless conninfo (or $PGTARGETSESSIONATTRS) says otherwise,
+  // target_session_attrs=read-write: of a multi-host URL's hosts, the first
+  // that takes writes (a standby is skipped).
+  // A positive `stall_timeout` bounds every Transaction on this connection:
+  // its BEGIN also sets idle_in_transaction_session_timeout and lock_timeout
+  // to it (and client_connection_check_interval on PostgreSQL 14+), SET LOCAL
+  // so that it holds through a transaction pooler. A client cut off
+  // mid-transaction then holds no lock on the server longer than that: the
+  // server ends the session. A lock wait past it fails with 55P03.
   // Throws ConnectionError (message redacted) if the server can't be reached.
   static Connection Open(const std::string& conninfo,
-                         std::string_view application_name = "akadzed");
+                         std::string_view application_name = "akadzed",
+                         std::chrono::milliseconds stall_timeout = std::chrono::milliseconds(0));
 
   Connection(Connection&&) noexcept = default;
   Connection& operator=(Connection&&) noexcept = default;
@@ -78,6 +89,7 @@ class Connection {
 
   std::unique_ptr<PGconn, decltype(&PQfinish)> conn_{nullptr, &PQfinish};
   std::optional<bool> pooled_;  // unknown until pooled() first runs
+  std::chrono::milliseconds stall_timeout_{0};  // see Open(); 0: unbounded
   bool prepare_ = true;         // false once pooled, or once a prepared statement failed
   std::unordered_set<std::uint64_t> prepared_;  // statement hashes prepared here
 };

@@ -28,7 +28,11 @@ bool IsConnectionSqlState(std::string_view s) {
   return s.starts_with("08")  // connection_exception class
          || s == "57P01"      // admin_shutdown
          || s == "57P02"      // crash_shutdown
-         || s == "57P03";     // cannot_connect_now
+         || s == "57P03"      // cannot_connect_now
+         // read_only_sql_transaction: a standby, or a primary demoted by a
+         // failover; another host of a multi-host URL may take writes, and a
+         // job must not fail because of where the connection landed.
+         || s == "25006";
 }
 
 namespace {

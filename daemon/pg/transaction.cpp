@@ -1,13 +1,27 @@
 #include "pg/transaction.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "pg/pg_error.h"
 
 namespace akadzed::pg {
 
 Transaction::Transaction(Connection& conn, std::string_view begin_sql) : conn_(conn) {
-  conn_.exec(begin_sql);
+  const long long ms = conn_.stall_timeout_.count();
+  if (ms <= 0) {
+    conn_.exec(begin_sql);
+    return;
+  }
+  // One round trip, as a bare BEGIN: the bounds ride along (Connection::Open).
+  std::string sql(begin_sql);
+  sql += "; SET LOCAL idle_in_transaction_session_timeout = " + std::to_string(ms) +
+         "; SET LOCAL lock_timeout = " + std::to_string(ms);
+  if (PQserverVersion(conn_.raw()) >= 140000) {
+    sql += "; SET LOCAL client_connection_check_interval = " + std::to_string(std::min(ms, 1000LL));
+  }
+  conn_.exec(sql);
 }
 
 Transaction::~Transaction() {

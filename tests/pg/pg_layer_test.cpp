@@ -639,6 +639,69 @@ TEST_CASE("pg: a lock timeout is TransientError 55P03", "[pg][errors][direct]") 
   CHECK_FALSE(c.poisons);
 }
 
+// Runs through PgBouncer too: SET LOCAL rides in the BEGIN's round trip.
+TEST_CASE("pg: a stall_timeout bounds each transaction's idle time and lock waits, and only the transaction's",
+          "[pg][tx][stall]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection holder = Connection::Open(url);
+  holder.exec("CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)");
+  Connection bounded = Connection::Open(url, "akadzed test", std::chrono::milliseconds(300));
+  {
+    Transaction tx(bounded);
+    CHECK(tx.exec("SHOW idle_in_transaction_session_timeout").text(0, 0) == "300ms");
+    CHECK(tx.exec("SHOW lock_timeout").text(0, 0) == "300ms");
+    CHECK(tx.exec("SHOW client_connection_check_interval").text(0, 0) == "300ms");
+    // A lock held elsewhere: the wait ends after 300 ms with 55P03.
+    Transaction held(holder);
+    held.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE");
+    const auto started = std::chrono::steady_clock::now();
+    Caught c = Capture([&] { tx.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE"); });
+    CHECK(c.sqlstate == "55P03");
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+  }
+  // Outside a transaction nothing is bounded: SET LOCAL ended with it.
+  CHECK(bounded.exec("SHOW lock_timeout").text(0, 0) == "0");
+  CHECK(bounded.exec("SHOW idle_in_transaction_session_timeout").text(0, 0) == "0");
+  // Unbounded connections are untouched.
+  Connection plain = Connection::Open(url);
+  Transaction tx(plain);
+  CHECK(tx.exec("SHOW lock_timeout").text(0, 0) == "0");
+}
+
+// [direct]: the backend's pid is watched, which PgBouncer does not tie to a client.
+TEST_CASE("pg: a client that goes silent mid-transaction is cut off by the server after stall_timeout",
+          "[pg][tx][stall][direct]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection watcher = Connection::Open(url);
+  watcher.exec("CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)");
+  Connection silent = Connection::Open(url, "akadzed test", std::chrono::milliseconds(300));
+  const int pid = silent.backend_pid();
+  Transaction tx(silent);
+  tx.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE");
+  // The client says nothing more, as if the network had cut it off: the
+  // server ends the session and its row lock is free again.
+  const auto started = std::chrono::steady_clock::now();
+  CHECK(Eventually([&] {
+    return watcher.exec("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", Params().add(pid)).int64(0, 0) == 0;
+  }));
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
+  Transaction other(watcher);
+  CHECK(other.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE NOWAIT").rows() == 1);
+  Caught c = Capture([&] { tx.exec("SELECT 1"); });
+  CHECK(c.kind == "ConnectionError");
+}
+
+TEST_CASE("pg: a read-only server (25006) is a ConnectionError, not a job's SQL error", "[pg][errors]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection a = Connection::Open(url);
+  a.exec("CREATE TABLE rows (id int PRIMARY KEY)");
+  Transaction tx(a, "BEGIN READ ONLY");
+  Caught c = Capture([&] { tx.exec("INSERT INTO rows VALUES ($1)", Params().add(1)); });
+  CHECK(c.kind == "ConnectionError");
+  CHECK(c.sqlstate == "25006");
+  CHECK(c.poisons);
+}
+
 // [direct]: kills the backend of an idle session, which PgBouncer does not
 // tie to a client (the COMMIT test below runs through it too).
 TEST_CASE("pg: a terminated backend gives ConnectionError", "[pg][errors][direct]") {
