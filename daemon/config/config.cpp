@@ -216,11 +216,23 @@ class Reader {
     const Fields top =
         Mapping(root, {"database", "worker", "queues", "handlers", "periodic", "hooks", "pruning",
                        "logging", "metrics"});
+    std::optional<Item> stall_item;  // where database.stall_timeout was set
     if (const Item* db = Find(top, "database")) {
-      const Fields fields = Mapping(*db, {"url"});
+      const Fields fields = Mapping(*db, {"url", "stall_timeout"});
       if (const Item* url = Find(fields, "url")) config.database.url = String(*url);
+      if (const Item* stall = Find(fields, "stall_timeout")) {
+        stall_item = *stall;
+        config.database.stall_timeout_us = Duration(*stall, true);
+        if (config.database.stall_timeout_us < 100'000) {
+          Fail(*stall, "must be at least 100ms, got " + FormatDuration(config.database.stall_timeout_us));
+        }
+      }
     }
-    if (const Item* worker = Find(top, "worker")) config.worker = Worker(*worker);
+    const Item* worker = Find(top, "worker");
+    if (worker) config.worker = Worker(*worker);
+    if (!stall_item) {
+      config.database.stall_timeout_us = std::min(config.database.stall_timeout_us, config.worker.heartbeat_ttl_us / 2);
+    }
     const Item queues = Required(root, top, "queues");
     for (const Item& queue : Sequence(queues)) config.queues.push_back(Queue(queue, config.queues));
     if (config.queues.empty()) Fail(queues, "at least one queue is required");
@@ -230,6 +242,15 @@ class Reader {
       config.handlers[task] = Handler(task, handler);
     }
     if (config.handlers.empty()) Fail(handlers, "at least one handler is required");
+    if (std::string problem = LeaseSpanProblem(config.worker, MaxKillGraceUs(config)); !problem.empty()) {
+      Fail(worker ? *worker : root, problem);
+    }
+    if (config.database.stall_timeout_us >= config.worker.heartbeat_ttl_us) {
+      Fail(stall_item ? Item{stall_item->node, "", stall_item->line} : worker ? *worker : root,
+           "database.stall_timeout (" + FormatDuration(config.database.stall_timeout_us) +
+               ") must be shorter than worker.heartbeat_ttl (" +
+               FormatDuration(config.worker.heartbeat_ttl_us) + ")");
+    }
     if (const Item* pruning = Find(top, "pruning")) config.pruning = Pruning(*pruning);
     if (const Item* logging = Find(top, "logging")) config.logging = Logging(*logging);
     if (const Item* metrics = Find(top, "metrics")) config.metrics = Metrics(*metrics);
@@ -668,6 +689,29 @@ bool HookConfig::Matches(std::string_view from_state, std::string_view to_state)
     return states.empty() || std::find(states.begin(), states.end(), state) != states.end();
   };
   return in(from, from_state) && in(to, to_state);
+}
+
+std::int64_t MaxKillGraceUs(const DaemonConfig& config) {
+  std::int64_t grace = 0;
+  for (const auto& [task, handler] : config.handlers) {
+    if (const auto* shell = std::get_if<ShellHandlerConfig>(&handler.kind)) {
+      grace = std::max(grace, shell->kill_grace_us);
+    }
+  }
+  return grace;
+}
+
+std::int64_t LeaseSpanUs(const WorkerConfig& worker, std::int64_t max_kill_grace_us) {
+  return worker.heartbeat_ttl_us - max_kill_grace_us - kLeaseStopMarginUs;
+}
+
+std::string LeaseSpanProblem(const WorkerConfig& worker, std::int64_t max_kill_grace_us) {
+  if (LeaseSpanUs(worker, max_kill_grace_us) >= 2 * worker.heartbeat_interval_us) return "";
+  return "worker.heartbeat_ttl (" + FormatDuration(worker.heartbeat_ttl_us) +
+         ") must be at least 2 x worker.heartbeat_interval (" + FormatDuration(worker.heartbeat_interval_us) +
+         ") + the largest handlers.*.shell.kill_grace (" + FormatDuration(max_kill_grace_us) + ") + " +
+         FormatDuration(kLeaseStopMarginUs) +
+         ": a daemon that loses its lease must have stopped its handlers before another may rescue their jobs";
 }
 
 DaemonConfig ParseConfig(const std::string& text, const std::string& path) {

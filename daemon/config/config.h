@@ -38,6 +38,12 @@ struct DatabaseConfig {
   // libpq URL or keyword string; "" means $AKADZE_DATABASE_URL, then libpq's
   // own defaults (PG* variables, service file). Never logged unredacted.
   std::string url;
+  // Every transaction of a daemon session sets idle_in_transaction_session_timeout
+  // and lock_timeout to this (SET LOCAL, so through PgBouncer too): a daemon
+  // cut off mid-transaction holds no lock longer than this, and a claim waits
+  // at most this long for its queue's claim lock before it retries.
+  // 100 ms .. heartbeat_ttl; when not set, 5 s or heartbeat_ttl / 2 if less.
+  std::int64_t stall_timeout_us = 5'000'000;
 };
 
 struct WorkerConfig {
@@ -161,6 +167,25 @@ struct DaemonConfig {
   std::vector<PeriodicConfig> periodic;          // unique names, file order
   std::vector<HookConfig> hooks;                 // run in file order
 };
+
+// What a daemon needs between its lease deadline and the first moment
+// another daemon may rescue its jobs, besides the largest kill_grace: the
+// timer's precision and a KILL taking effect.
+inline constexpr std::int64_t kLeaseStopMarginUs = 250'000;
+
+// The largest kill_grace of the shell handlers (0 without any).
+std::int64_t MaxKillGraceUs(const DaemonConfig& config);
+
+// How long a lease lasts after its last successful heartbeat was sent:
+// heartbeat_ttl - the largest kill_grace - kLeaseStopMarginUs. Every handler
+// of a daemon that reaches it is dead (TERM, KILL after its grace) by the
+// time another daemon may rescue its jobs (heartbeat_ttl after that
+// heartbeat reached the server). Validation keeps it >= 2 * heartbeat_interval.
+std::int64_t LeaseSpanUs(const WorkerConfig& worker, std::int64_t max_kill_grace_us);
+
+// "" when `worker` and a largest kill_grace of `max_kill_grace_us` give a
+// lease span of at least two heartbeat intervals, else the one-line reason.
+std::string LeaseSpanProblem(const WorkerConfig& worker, std::int64_t max_kill_grace_us);
 
 // Reads and validates `path`. Throws ConfigError.
 DaemonConfig LoadConfigFile(const std::string& path);

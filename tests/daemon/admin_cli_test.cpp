@@ -395,7 +395,7 @@ TEST_CASE("admin commands against a running daemon: enqueue, workers list, cance
       "akadzed.yaml",
       "worker:\n  heartbeat_interval: 200ms\n  heartbeat_ttl: 1500ms\n  poll_interval: 100ms\n"
       "  shutdown_timeout: 2s\nqueues:\n  - name: default\n    slots: 2\nhandlers:\n"
-      "  long:\n    shell:\n      command: [\"" + script + "\"]\n"
+      "  long:\n    shell:\n      command: [\"" + script + "\"]\n      kill_grace: 500ms\n"
       "metrics: {listen: 127.0.0.1:0}\n");
   test::DaemonProcess daemon({"run", "--config", config, "--database-url", db.url}, {},
                              dir.path() + "/daemon.log");

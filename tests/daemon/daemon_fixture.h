@@ -90,7 +90,10 @@ struct HandlerTestFixture {
 // six spaces) under `shell:`.
 inline std::string ShellHandlerYaml(const std::string& task, const std::string& script_path,
                                     const std::string& extra = "") {
-  return "  " + task + ":\n    shell:\n      command: [\"" + script_path + "\"]\n" + extra;
+  // kill_grace 500ms unless `extra` sets it: the fast timings' lease
+  // (1500ms - kill_grace - 250ms) must cover two heartbeat intervals.
+  const std::string grace = extra.find("kill_grace:") == std::string::npos ? "      kill_grace: 500ms\n" : "";
+  return "  " + task + ":\n    shell:\n      command: [\"" + script_path + "\"]\n" + grace + extra;
 }
 
 // Gone, or a zombie nobody reaps yet: either way it runs no more.

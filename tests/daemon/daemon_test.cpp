@@ -74,7 +74,10 @@ struct DaemonFixture {
 
 std::string Shell(const std::string& task, const std::string& script_path,
                   const std::string& extra = "") {
-  return "  " + task + ":\n    shell:\n      command: [\"" + script_path + "\"]\n" + extra;
+  // kill_grace 500ms unless `extra` sets it: the fast timings' lease
+  // (1500ms - kill_grace - 250ms) must cover two heartbeat intervals.
+  const std::string grace = extra.find("kill_grace:") == std::string::npos ? "      kill_grace: 500ms\n" : "";
+  return "  " + task + ":\n    shell:\n      command: [\"" + script_path + "\"]\n" + grace + extra;
 }
 
 // Gone, or a zombie nobody reaps yet (an orphan's new parent may be slow or,
@@ -176,7 +179,7 @@ TEST_CASE("a timeout kills the handler's whole process group", "[daemon]") {
   std::string pidfile = f.dir.path() + "/grandchild.pid";
   std::string script = f.dir.Write(
       "slow.sh", "#!/bin/sh\nsleep 300 &\necho $! > " + pidfile + "\nwait\n", true);
-  auto daemon = f.Start(f.Config(Shell("slow", script, "      timeout: 1s\n      kill_grace: 1s\n")));
+  auto daemon = f.Start(f.Config(Shell("slow", script, "      timeout: 1s\n      kill_grace: 500ms\n")));
   auto id = f.Enqueue("slow", "{}", 1);
   REQUIRE(f.WaitState(id, "failed"));
   json row = f.Row(id);
@@ -211,7 +214,7 @@ TEST_CASE("SIGTERM drains short jobs and releases long ones", "[daemon]") {
       "#!/bin/sh\nread -r args\ncase \"$args\" in *long*) echo $$ > " + pidfile +
           "; exec sleep 300;; esac\nsleep 0.5\n",
       true);
-  auto daemon = f.Start(f.Config(Shell("nap", script, "      kill_grace: 1s\n")));
+  auto daemon = f.Start(f.Config(Shell("nap", script, "      kill_grace: 500ms\n")));
   auto long_job = f.Enqueue("nap", R"({"kind": "long"})");
   auto short_job = f.Enqueue("nap", R"({"kind": "short"})");
   REQUIRE(WaitUntil([&] { return f.State(long_job) == "running" && f.State(short_job) == "running"; }));
@@ -236,7 +239,7 @@ TEST_CASE("a second SIGTERM cuts the drain short", "[daemon]") {
   std::string script = f.dir.Write("forever.sh", "#!/bin/sh\nexec sleep 300\n", true);
   std::string worker = std::string(kFastWorker) + "";
   worker.replace(worker.find("shutdown_timeout: 2s"), 20, "shutdown_timeout: 1h");
-  auto daemon = f.Start(f.Config(Shell("forever", script, "      kill_grace: 1s\n"), worker));
+  auto daemon = f.Start(f.Config(Shell("forever", script, "      kill_grace: 500ms\n"), worker));
   auto id = f.Enqueue("forever");
   REQUIRE(f.WaitState(id, "running"));
   daemon->Signal(SIGTERM);

@@ -186,7 +186,7 @@ struct HookedDaemon {
 };
 
 std::string ShellHandler(const std::string& task, const std::string& script) {
-  return "  " + task + ":\n    shell:\n      command: [\"" + script + "\"]\n";
+  return "  " + task + ":\n    shell:\n      command: [\"" + script + "\"]\n      kill_grace: 500ms\n";
 }
 
 TEST_CASE("the daemon's SQL hook records every transition of a job that retries, then succeeds",
@@ -273,7 +273,7 @@ TEST_CASE("a hook plugin without on_transition is a config error", "[hooks][daem
   test::TempDir dir;
   std::string config = dir.Write(
       "akadzed.yaml",
-      "queues:\n  - {name: default, slots: 1}\nhandlers:\n  t:\n    shell: {command: [\"true\"]}\n"
+      "queues:\n  - {name: default, slots: 1}\nhandlers:\n  t:\n    shell: {command: [\"true\"], kill_grace: 500ms}\n"
       "hooks:\n  - name: wrong\n    plugin: {path: libmisbehaving_plugin.so}\n"
       "metrics: {enabled: false}\n");
   test::EnvChanges env;

@@ -87,7 +87,7 @@ struct LogFileFixture {
                      "worker:\n  heartbeat_interval: 200ms\n  heartbeat_ttl: 1500ms\n"
                      "  poll_interval: 100ms\n  shutdown_timeout: 2s\n"
                      "queues:\n  - name: default\n    slots: 2\n"
-                     "handlers:\n  fds:\n    shell:\n      command: [\"" + script + "\"]\n"
+                     "handlers:\n  fds:\n    shell:\n      command: [\"" + script + "\"]\n      kill_grace: 500ms\n"
                      "metrics: {listen: 127.0.0.1:0}\n"
                      "logging:\n  level: info\n  format: json\n  file: " + log_file + "\n");
   }

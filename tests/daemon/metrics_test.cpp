@@ -69,7 +69,7 @@ struct MetricsFixture {
 };
 
 std::string Shell(const std::string& task, const std::string& script) {
-  return "  " + task + ":\n    shell: {command: [\"" + script + "\"]}\n";
+  return "  " + task + ":\n    shell: {command: [\"" + script + "\"], kill_grace: 500ms}\n";
 }
 
 const std::string kListenAnyPort = "metrics: {listen: 127.0.0.1:0}\n";
@@ -312,7 +312,12 @@ TEST_CASE("/healthz answers 503 naming a claim loop that stopped making rounds",
   std::string noop = f.dir.Write("noop.sh", "#!/bin/sh\n", true);
   // A 1 s watchdog makes the health grace 1 s (else 60 s).
   TempDir socket_dir;
-  auto daemon = f.Start(f.Config(Shell("noop", noop), kListenAnyPort), f.db,
+  // A lock wait lasts database.stall_timeout at most: 30 s here, far past
+  // the 1 s grace (the lease, with a 60 s ttl, is not in the way).
+  std::string worker = kFastWorker;
+  worker.replace(worker.find("heartbeat_ttl: 1500ms"), 21, "heartbeat_ttl: 60s");
+  auto daemon = f.Start(f.Config(Shell("noop", noop), kListenAnyPort + "database: {stall_timeout: 30s}\n", worker),
+                        f.db,
                         {{"NOTIFY_SOCKET", socket_dir.path() + "/nobody-listens"},
                          {"WATCHDOG_USEC", "1000000"}});
   int port = MetricsPort(*daemon);

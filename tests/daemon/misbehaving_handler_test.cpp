@@ -93,8 +93,12 @@ TEST_CASE("a handler that ignores SIGTERM is killed kill_grace later; the job re
       "#!/bin/sh\ntrap '' TERM\nif [ \"$AKADZE_ATTEMPT\" = 1 ]; then\n  echo $$ > " + pidfile +
           "\n  while :; do sleep 1; done\nfi\n",
       true);
+  // heartbeat_ttl 3s: the lease (ttl - kill_grace - 250ms) must cover two
+  // heartbeat intervals.
+  std::string worker = kFastWorkerConfig;
+  worker.replace(worker.find("heartbeat_ttl: 1500ms"), 21, "heartbeat_ttl: 3s");
   auto daemon = f.Start(f.Config(
-      ShellHandlerYaml("stubborn", script, "      timeout: 1s\n      kill_grace: 1s\n")));
+      ShellHandlerYaml("stubborn", script, "      timeout: 1s\n      kill_grace: 1s\n"), "", 4, worker));
   auto id = f.Enqueue("stubborn", "{}", 2);
   REQUIRE(f.WaitState(id, "succeeded", 60s));
   json row = f.Row(id);

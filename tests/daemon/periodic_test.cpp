@@ -114,7 +114,7 @@ TEST_CASE("overlap: false rolls the fire back while the previous job is active",
 // so the jobs stay where the entry put them.
 std::string PeriodicConfigYaml(const std::string& entry) {
   return "queues:\n  - {name: default, slots: 1}\n"
-         "handlers:\n  t:\n    shell: {command: [\"true\"]}\n"
+         "handlers:\n  t:\n    shell: {command: [\"true\"], kill_grace: 500ms}\n"
          "periodic:\n" + entry +
          "worker: {heartbeat_interval: 200ms, heartbeat_ttl: 2s, poll_interval: 100ms}\n"
          "pruning: {enabled: false}\n"

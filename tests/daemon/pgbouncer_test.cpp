@@ -52,7 +52,7 @@ TEST_CASE("listen_notify behind a pooler: the daemon warns listen_pooled and sti
       "worker:\n  heartbeat_interval: 200ms\n  heartbeat_ttl: 1500ms\n  poll_interval: 100ms\n"
       "  shutdown_timeout: 2s\n  listen_notify: true\n"
       "queues:\n  - {name: default, slots: 2}\n"
-      "handlers:\n  noop:\n    shell: {command: [\"" + noop + "\"]}\n"
+      "handlers:\n  noop:\n    shell: {command: [\"" + noop + "\"], kill_grace: 500ms}\n"
       "logging: {level: debug, format: logfmt}\n"
       "metrics: {listen: 127.0.0.1:0}\n");
   DaemonProcess daemon({"run", "--config", config, "--database-url", db}, {},

@@ -55,7 +55,7 @@ TEST_CASE("the daemon prunes finished jobs past the retention", "[prune][daemon]
   test::TempDir dir;
   std::string config = dir.Write(
       "akadzed.yaml",
-      "queues:\n  - {name: default, slots: 1}\nhandlers:\n  t:\n    shell: {command: [\"true\"]}\n"
+      "queues:\n  - {name: default, slots: 1}\nhandlers:\n  t:\n    shell: {command: [\"true\"], kill_grace: 500ms}\n"
       "pruning: {retention: 1h, interval: 100ms, batch_size: 10}\n"
       "metrics: {listen: 127.0.0.1:0}\n"
       "logging: {level: info, format: logfmt}\n");

@@ -232,7 +232,7 @@ TEST_CASE("unknown keys are rejected at every level", "[config]") {
         "F:3: worker.heartbeat_intervall: unknown key (known: heartbeat_interval, heartbeat_ttl, "
         "poll_interval, shutdown_timeout, listen_notify)");
   CHECK(ErrorOf(dir, "database: {host: x}\n" + kBase) ==
-        "F:1: database.host: unknown key (known: url)");
+        "F:1: database.host: unknown key (known: url, stall_timeout)");
   CHECK(ErrorOf(dir, "queues:\n  - name: a\n    slots: 1\n    weight: 2\nhandlers: {}\n") ==
         "F:4: queues[0].weight: unknown key (known: name, slots, mode, aging)");
   CHECK(ErrorOf(dir, kBase + "  other:\n    shel: {command: [x]}\n") ==
@@ -327,8 +327,44 @@ TEST_CASE("heartbeat_ttl must exceed heartbeat_interval", "[config]") {
   CHECK(ErrorOf(dir, "worker:\n  poll_interval: 1s\n  heartbeat_interval: 1m\n" + kBase) ==
         "F:3: worker: heartbeat_ttl (30s) must be greater than "
         "heartbeat_interval (1m); at least twice it is recommended");
+  // Past that, the lease (ttl - the largest kill_grace - 250ms) must cover
+  // two heartbeat intervals, or a lost lease could leave a handler running
+  // into another daemon's rescue.
   CHECK(ErrorOf(dir, "worker:\n  heartbeat_interval: 10s\n  heartbeat_ttl: 11s\n" + kBase) ==
-        "loaded");
+        "F:1: worker: worker.heartbeat_ttl (11s) must be at least 2 x worker.heartbeat_interval (10s) + "
+        "the largest handlers.*.shell.kill_grace (10s) + 250ms: a daemon that loses its lease must have "
+        "stopped its handlers before another may rescue their jobs");
+  const std::string fast = "worker: {heartbeat_interval: 200ms, heartbeat_ttl: 1500ms}\nqueues: [{name: q, slots: 1}]\n";
+  auto handlers = [](const std::string& a_grace, const std::string& b_grace) {
+    return "handlers:\n  a: {shell: {command: [echo], kill_grace: " + a_grace +
+           "}}\n  b: {shell: {command: [echo], kill_grace: " + b_grace + "}}\n";
+  };
+  CHECK(ErrorOf(dir, fast + handlers("10s", "0s")) != "loaded");
+  CHECK(ErrorOf(dir, fast + handlers("850ms", "0s")) == "loaded");
+  CHECK(ErrorOf(dir, fast + handlers("0s", "851ms")) ==
+        "F:1: worker: worker.heartbeat_ttl (1s500ms) must be at least 2 x worker.heartbeat_interval (200ms) + "
+        "the largest handlers.*.shell.kill_grace (851ms) + 250ms: a daemon that loses its lease must have "
+        "stopped its handlers before another may rescue their jobs");
+  const DaemonConfig set = ParseConfig(fast + handlers("300ms", "700ms"), (dir.path() / "c.yaml").string());
+  CHECK(MaxKillGraceUs(set) == 700'000);
+  CHECK(LeaseSpanUs(set.worker, MaxKillGraceUs(set)) == 550'000);
+}
+
+TEST_CASE("database.stall_timeout: default, value and bounds", "[config]") {
+  TempDir dir;
+  const DaemonConfig defaults = ParseConfig(kBase, (dir.path() / "c.yaml").string());
+  CHECK(defaults.database.stall_timeout_us == 5'000'000);
+  const DaemonConfig fast = ParseConfig("worker: {heartbeat_interval: 200ms, heartbeat_ttl: 3s}\nqueues: [{name: q, slots: 1}]\n"
+                                        "handlers:\n  a: {shell: {command: [echo], kill_grace: 500ms}}\n",
+                                        (dir.path() / "c.yaml").string());
+  CHECK(fast.database.stall_timeout_us == 1'500'000);
+  const DaemonConfig set =
+      ParseConfig("database: {stall_timeout: 750ms}\n" + kBase, (dir.path() / "c.yaml").string());
+  CHECK(set.database.stall_timeout_us == 750'000);
+  CHECK(ErrorOf(dir, "database: {stall_timeout: 50ms}\n" + kBase) ==
+        "F:1: database.stall_timeout: must be at least 100ms, got 50ms");
+  CHECK(ErrorOf(dir, "database: {stall_timeout: 30s}\n" + kBase) ==
+        "F:1: database.stall_timeout (30s) must be shorter than worker.heartbeat_ttl (30s)");
 }
 
 TEST_CASE("queues are checked", "[config]") {
