@@ -616,6 +616,16 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 
 namespace {
 
+// ClaimRequest::lease_span_us as a condition: $<first> the span (NULL: no
+// fence), $<first + 1> the worker id. clock_timestamp(), not now(): a
+// statement that reaches the server late is judged by when it runs.
+std::string LeaseFenceSql(int first) {
+  const std::string span = "$" + std::to_string(first) + "::int8";
+  const std::string worker = "$" + std::to_string(first + 1) + "::uuid";
+  return "(" + span + " IS NULL OR EXISTS (SELECT 1 FROM akadze.workers w WHERE w.id = " + worker +
+         " AND w.heartbeat_at >= clock_timestamp() - " + span + " * interval '1 microsecond'))";
+}
+
 // The claim of ClaimInTransaction. `one_at_a_time`: first wait for the
 // queue's claim lock, so that claims of one queue run one after another.
 ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time) {
@@ -647,8 +657,14 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
       "SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true),"
       " CASE WHEN $2 THEN pg_advisory_xact_lock(hashtextextended('akadze.claim_queue:' || $1, 0)) END,"
       " EXISTS (SELECT 1 FROM akadze.queue_pauses WHERE queue = $1),"
-      " (SELECT reltuples::float8 FROM pg_class WHERE oid = 'akadze.jobs_claim_idx'::regclass)",
-      pg::Params().add(request.queue).add(one_at_a_time));
+      " (SELECT reltuples::float8 FROM pg_class WHERE oid = 'akadze.jobs_claim_idx'::regclass),"
+      " " + LeaseFenceSql(3),
+      pg::Params().add(request.queue).add(one_at_a_time).add(request.lease_span_us).add(result.worker_id));
+  if (!head.boolean(0, 5)) {
+    result.fenced = true;
+    finish(result);
+    return result;
+  }
   if (head.boolean(0, 3)) {
     result.paused = true;
     finish(result);
@@ -789,6 +805,9 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
     // the queue). It counts no start and holds no slot.
     pg::Params params;
     params.add_array(step.plan).add(result.worker_id).add_array(start_marks);
+    // The fence again, as this statement runs: the lease may have run out
+    // since the head (a cut between the two), and nothing is claimed then.
+    params.add(request.lease_span_us).add(result.worker_id);
     pg::Result claimed = tx.exec(
         "WITH plan AS ("
         "  SELECT id, run_count < 2147483647 AND attempt < 2147483647 AS runnable"
@@ -808,7 +827,7 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
                            "CASE WHEN j.run_count = 2147483647 THEN 'run_count' ELSE 'attempt' END"
                            " || ' is at its maximum (2147483647): the job cannot run again'") +
             " END"
-        "  FROM plan WHERE j.id = plan.id"
+        "  FROM plan WHERE j.id = plan.id AND " + LeaseFenceSql(4) +
         "  RETURNING j.id, j.task, j.queue, j.limit_key, j.priority, j.attempt, j.max_attempts, j.run_count,"
         "    CASE WHEN plan.runnable THEN j.args::text END, plan.runnable),"
         " marks AS (INSERT INTO akadze.limit_starts (key, started_at)"
@@ -838,6 +857,8 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
     for (std::int64_t id : step.plan) {
       if (auto it = by_id.find(id); it != by_id.end()) result.jobs.push_back(std::move(it->second));
     }
+    // Every planned row is locked: only the fence leaves them all unchanged.
+    result.fenced = claimed.rows() == 0;
   }
   finish(result);
   return result;

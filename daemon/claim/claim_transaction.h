@@ -62,6 +62,13 @@ struct ClaimRequest {
   // them in an earlier try of this round): they are passed over like rows
   // another claim locked, and the claim reads on.
   std::vector<std::int64_t> exclude_ids;
+  // The lease fence: when set, the claim takes no job unless akadze.workers
+  // has worker_id with a heartbeat younger than this (by the server's
+  // clock_timestamp(), so a statement that reaches the server late is judged
+  // when it runs). Checked first and again in the statement that claims.
+  // A worker whose lease ran out, or whose row a rescue deleted, claims
+  // nothing (ClaimResult::fenced).
+  std::optional<std::int64_t> lease_span_us;
 };
 
 struct ClaimedJob {
@@ -91,6 +98,7 @@ struct ClaimResult {
   int lock_rounds = 0;           // FOR UPDATE SKIP LOCKED rounds
   int keys_locked_elsewhere = 0; // keys skipped because another claim held them
   bool paused = false;           // the queue is paused: nothing claimed
+  bool fenced = false;           // the lease fence held: nothing claimed (ClaimRequest::lease_span_us)
   std::string worker_id;
   double elapsed_ms = 0;
 };

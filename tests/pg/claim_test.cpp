@@ -13,6 +13,7 @@
 #include "admin/limits_table.h"
 #include "claim/claim_transaction.h"
 #include "pg/transaction.h"
+#include "support/daemon_process.h"
 #include "support/reference_claim.h"
 #include "support/test_cluster.h"
 
@@ -406,6 +407,88 @@ TEST_CASE("the first key lock waits, then counts what the holder committed", "[c
   holder.commit();
   CHECK(claim.get().empty());
   CHECK(State(conn, a3) == "queued");
+}
+
+}  // namespace
+}  // namespace akadzed
+
+namespace akadzed {
+namespace {
+
+// ClaimRequest::lease_span_us: the worker's row decides, by the server's clock when each statement runs.
+TEST_CASE("the lease fence: no worker row, or a heartbeat older than the lease span, claims nothing",
+          "[claim][fence]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  std::int64_t job = Enqueue(conn, std::nullopt);
+  const std::string worker = "6f1c1d2e-0000-4000-8000-000000000001";
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 4;
+  r.worker_id = worker;
+  r.lease_span_us = 2'000'000;
+  // No row: a rescue deleted it, or the id was never registered.
+  ClaimResult none = RunClaim(conn, r);
+  CHECK(none.fenced);
+  CHECK(none.jobs.empty());
+  CHECK(State(conn, job) == "queued");
+  // A row whose heartbeat is older than the span.
+  conn.exec("INSERT INTO akadze.workers (id, hostname, pid, queues, heartbeat_at)"
+            " VALUES ($1::uuid, 'h', 1, '{q}', now() - interval '3 seconds')",
+            pg::Params().add(worker));
+  ClaimResult stale = RunClaim(conn, r);
+  CHECK(stale.fenced);
+  CHECK(State(conn, job) == "queued");
+  // A fresh heartbeat: claimed.
+  conn.exec("UPDATE akadze.workers SET heartbeat_at = now()");
+  ClaimResult fresh = RunClaim(conn, r);
+  CHECK_FALSE(fresh.fenced);
+  REQUIRE(fresh.jobs.size() == 1);
+  CHECK(fresh.jobs[0].id == job);
+  // No span: no fence (akadzed claim, the benchmarks).
+  std::int64_t other = Enqueue(conn, std::nullopt);
+  conn.exec("DELETE FROM akadze.workers");
+  r.lease_span_us.reset();
+  ClaimResult unfenced = RunClaim(conn, r);
+  CHECK_FALSE(unfenced.fenced);
+  REQUIRE(unfenced.jobs.size() == 1);
+  CHECK(unfenced.jobs[0].id == other);
+}
+
+// [direct]: holds a session-level advisory lock across statements.
+TEST_CASE("the lease fence is checked again by the statement that claims: a lease lost mid-claim takes nothing",
+          "[claim][fence][direct]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection blocker = pg::Connection::Open(db);
+  SetLimit(conn, LimitRow{"acct", 1, std::nullopt, std::nullopt});
+  std::int64_t job = Enqueue(conn, "acct");
+  const std::string worker = "6f1c1d2e-0000-4000-8000-000000000002";
+  conn.exec("INSERT INTO akadze.workers (id, hostname, pid, queues) VALUES ($1::uuid, 'h', 1, '{q}')",
+            pg::Params().add(worker));
+  // The claim passes the fence at its start, then waits for the key's lock.
+  blocker.exec("SELECT pg_advisory_lock(hashtextextended('akadze.limit_key:' || 'acct', 0))");
+  auto claim = std::async(std::launch::async, [&] {
+    pg::Connection c = pg::Connection::Open(db);
+    ClaimRequest r;
+    r.queue = "q";
+    r.slots = 1;
+    r.worker_id = worker;
+    r.lease_span_us = 60'000'000;
+    return RunClaim(c, r);
+  });
+  REQUIRE(test::WaitUntil([&] {
+    return conn.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                     " AND wait_event = 'advisory' AND datname = current_database()")
+               .int64(0, 0) == 1;
+  }));
+  // Meanwhile its lease ends: a rescue deleted the row.
+  conn.exec("DELETE FROM akadze.workers");
+  blocker.exec("SELECT pg_advisory_unlock_all()");
+  ClaimResult result = claim.get();
+  CHECK(result.fenced);
+  CHECK(result.jobs.empty());
+  CHECK(State(conn, job) == "queued");
+  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts").int64(0, 0) == 0);
 }
 
 }  // namespace
