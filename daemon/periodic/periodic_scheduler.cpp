@@ -111,8 +111,9 @@ FireResult FirePeriodic(pg::Connection& conn, const PeriodicConfig& entry) {
   return result;
 }
 
-PeriodicScheduler::PeriodicScheduler(std::string conninfo, std::vector<PeriodicConfig> entries)
-    : session_(std::move(conninfo), "akadzed periodic"),
+PeriodicScheduler::PeriodicScheduler(std::string conninfo, std::chrono::milliseconds stall_timeout,
+                                     std::vector<PeriodicConfig> entries)
+    : session_(std::move(conninfo), "akadzed periodic", stall_timeout),
       entries_(std::move(entries)),
       handled_(entries_.size(), std::numeric_limits<std::int64_t>::min()),
       reported_overlap_(entries_.size(), std::numeric_limits<std::int64_t>::min()) {}

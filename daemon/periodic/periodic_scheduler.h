@@ -58,7 +58,9 @@ FireResult FirePeriodic(pg::Connection& conn, const PeriodicConfig& entry);
 
 class PeriodicScheduler {
  public:
-  PeriodicScheduler(std::string conninfo, std::vector<PeriodicConfig> entries);
+  // `stall_timeout` bounds its transactions (pg::Connection::Open).
+  PeriodicScheduler(std::string conninfo, std::chrono::milliseconds stall_timeout,
+                    std::vector<PeriodicConfig> entries);
   ~PeriodicScheduler();
 
   // Starts the thread; a scheduler without entries starts none.

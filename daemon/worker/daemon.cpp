@@ -68,11 +68,19 @@ void CheckSchema(const std::string& conninfo) {
 
 // Applies SIGHUP: new handlers and logging; database, worker and queue
 // changes need a restart.
-void Reload(const DaemonConfig& running, HandlerRegistry& handlers) {
+void Reload(const DaemonConfig& running, HandlerRegistry& handlers, LeaseKeeper& lease) {
   ReopenLogFile();  // whether or not the config loads: logrotate moved the file
   try {
     DaemonConfig fresh = LoadConfigFile(running.path);
+    // The running worker timings stay; the new handlers' kill_grace must fit
+    // in them. A lease only ever gets shorter on a reload: a job started with
+    // an old handler keeps that handler's grace.
+    const std::int64_t grace = MaxKillGraceUs(fresh);
+    if (std::string problem = LeaseSpanProblem(running.worker, grace); !problem.empty()) {
+      throw ConfigError(running.path + ": " + problem);
+    }
     handlers.Replace(BuildHandlers(fresh));
+    lease.SetLeaseSpan(std::min(lease.lease_span_us(), LeaseSpanUs(running.worker, grace)));
     ConfigureLogging(fresh.logging);
     bool restart_needed = fresh.database.url != running.database.url ||
                           fresh.queues.size() != running.queues.size();
@@ -133,8 +141,12 @@ int Daemon::Run() {
   // Metrics and health (metrics/monitoring.h); the finisher and the runners
   // record into it, so it outlives them.
   Monitoring monitoring(config_.metrics, conninfo_, identity.queues);
-  Finisher finisher(conninfo_, monitoring.worker_metrics(), hooks_.get());
-  LeaseKeeper lease(conninfo_, identity, timings, running, hooks_.get());
+  // Every daemon transaction is bounded (database.stall_timeout), and the
+  // lease ends early enough for every handler to be dead before a rescue.
+  const auto stall = std::chrono::milliseconds(config_.database.stall_timeout_us / 1000);
+  Finisher finisher(conninfo_, stall, monitoring.worker_metrics(), hooks_.get());
+  LeaseKeeper lease(conninfo_, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config_)), stall, running,
+                    hooks_.get());
   try {
     CheckSchema(conninfo_);
     monitoring.Bind();
@@ -152,7 +164,7 @@ int Daemon::Run() {
   } stop_monitoring{monitoring};
   std::string queues;
   for (const QueueConfig& q : config_.queues) {
-    runners.push_back(std::make_unique<QueueRunner>(q, timings, conninfo_, handlers_, running,
+    runners.push_back(std::make_unique<QueueRunner>(q, timings, conninfo_, stall, handlers_, running,
                                                     finisher, lease, monitoring.worker_metrics(),
                                                     hooks_.get()));
     runners.back()->Start();
@@ -161,9 +173,12 @@ int Daemon::Run() {
                           q.aging_us ? ",aging=" + FormatDuration(*q.aging_us) : "");
   }
   lease.SetHeldJobs([&runners] {
-    std::vector<std::int64_t> held;
+    HeldJobs held;
     for (const auto& r : runners) {
-      for (std::int64_t id : r->held_jobs()) held.push_back(id);
+      HeldJobs one = r->held_jobs();
+      held.ids.insert(held.ids.end(), one.ids.begin(), one.ids.end());
+      held.claims_in_flight += one.claims_in_flight;
+      held.claims_started += one.claims_started;
     }
     return held;
   });
@@ -181,11 +196,11 @@ int Daemon::Run() {
     });
     listener->Start();
   }
-  PeriodicScheduler periodic(conninfo_, config_.periodic);
+  PeriodicScheduler periodic(conninfo_, stall, config_.periodic);
   periodic.Start();
   std::unique_ptr<Pruner> pruner;
   if (config_.pruning.enabled) {
-    pruner = std::make_unique<Pruner>(conninfo_, config_.pruning);
+    pruner = std::make_unique<Pruner>(conninfo_, stall, config_.pruning);
     pruner->Start();
   }
   // The loops the systemd watchdog and /healthz watch (worker/loop_health.h).
@@ -236,7 +251,7 @@ int Daemon::Run() {
     int sig = WaitSignal(tick);
     if (sig == SIGHUP) {
       notifier_.Notify("RELOADING=1");
-      Reload(config_, handlers_);
+      Reload(config_, handlers_, lease);
       notifier_.Notify("READY=1");
       continue;
     }
@@ -245,7 +260,6 @@ int Daemon::Run() {
                    LogValue(sigabbrev_np(sig)), FormatDuration(timings.shutdown_timeout_us));
       break;
     }
-    lease.CheckExpiry();
     if (watchdog && progressing()) notifier_.Notify("WATCHDOG=1");
     notifier_.Notify("STATUS=" + status(lease.held() ? "claiming; busy" : "lease lost; busy"));
   }
@@ -266,7 +280,6 @@ int Daemon::Run() {
   while (!drained(Clock::now()) && Clock::now() < deadline && !fast) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     int sig = WaitSignal(std::min(left, std::chrono::milliseconds(100)));
-    lease.CheckExpiry();
     if (sig == SIGTERM || sig == SIGINT) {
       fast = true;
       spdlog::warn("signal name={} | again: stopping running jobs now", LogValue(sigabbrev_np(sig)));

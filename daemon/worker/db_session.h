@@ -5,6 +5,7 @@
 // Thread-safety: owned and used by one thread.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,8 +17,12 @@ namespace akadzed {
 
 class DbSession {
  public:
-  DbSession(std::string conninfo, std::string application_name)
-      : conninfo_(std::move(conninfo)), application_name_(std::move(application_name)) {}
+  // `stall_timeout` bounds every transaction of the session (pg::Connection::Open).
+  DbSession(std::string conninfo, std::string application_name,
+            std::chrono::milliseconds stall_timeout = std::chrono::milliseconds(0))
+      : conninfo_(std::move(conninfo)),
+        application_name_(std::move(application_name)),
+        stall_timeout_(stall_timeout) {}
 
   // Runs body(connection), opening the connection first if needed. A
   // ConnectionError (from opening or from body) or a connection libpq reports
@@ -27,7 +32,7 @@ class DbSession {
     try {
       if (!conn_ || !conn_->healthy()) {
         conn_.reset();
-        conn_.emplace(pg::Connection::Open(conninfo_, application_name_));
+        conn_.emplace(pg::Connection::Open(conninfo_, application_name_, stall_timeout_));
       }
       return body(*conn_);
     } catch (const pg::ConnectionError&) {
@@ -41,6 +46,7 @@ class DbSession {
  private:
   std::string conninfo_;
   std::string application_name_;
+  std::chrono::milliseconds stall_timeout_;
   std::optional<pg::Connection> conn_;
 };
 

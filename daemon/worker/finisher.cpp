@@ -40,8 +40,9 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
 
 }  // namespace
 
-Finisher::Finisher(std::string conninfo, WorkerMetrics& metrics, const TransitionHooks* hooks)
-    : session_(std::move(conninfo), "akadzed finisher"), metrics_(metrics), hooks_(hooks) {}
+Finisher::Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
+                   const TransitionHooks* hooks)
+    : session_(std::move(conninfo), "akadzed finisher", stall_timeout), metrics_(metrics), hooks_(hooks) {}
 
 Finisher::~Finisher() {
   if (thread_.joinable()) Stop(std::chrono::steady_clock::now());

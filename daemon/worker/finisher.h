@@ -44,7 +44,9 @@ class Finisher {
   // recorded (or found stale, or given up on). `hooks` (may be null) run in
   // each finish's transaction; a finish they refuse is retried with backoff
   // (the job stays running and its slot busy meanwhile).
-  Finisher(std::string conninfo, WorkerMetrics& metrics, const TransitionHooks* hooks = nullptr);
+  // `stall_timeout` bounds its transactions (pg::Connection::Open).
+  Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
+           const TransitionHooks* hooks = nullptr);
   ~Finisher();
 
   void Start();

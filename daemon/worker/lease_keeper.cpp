@@ -17,27 +17,36 @@ namespace akadzed {
 using Clock = std::chrono::steady_clock;
 
 LeaseKeeper::LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
+                         std::int64_t lease_span_us, std::chrono::milliseconds stall_timeout,
                          RunningJobs& running, const TransitionHooks* hooks)
-    : session_(std::move(conninfo), "akadzed lease"),
+    : session_(std::move(conninfo), "akadzed lease", stall_timeout),
       timings_(timings),
       hooks_(hooks),
       running_(running),
+      lease_span_us_(lease_span_us),
       identity_(std::move(identity)) {}
 
 LeaseKeeper::~LeaseKeeper() {
-  if (thread_.joinable()) Stop(false);
+  if (thread_.joinable() || timer_.joinable()) Stop(false);
 }
 
 void LeaseKeeper::Start() {
   WorkerIdentity identity = identity_;
+  const auto sent = Clock::now();
   session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
   {
     std::lock_guard lock(mu_);
-    last_heartbeat_ = last_round_ = Clock::now();
+    last_round_ = Clock::now();
+    lease_until_ = sent + std::chrono::microseconds(lease_span_us());
   }
   spdlog::info("registered worker={} host={} pid={}", identity.id, LogValue(identity.hostname),
                identity.pid);
   thread_ = std::thread([this] { Loop(); });
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+void LeaseKeeper::SetLeaseSpan(std::int64_t lease_span_us) {
+  lease_span_us_.store(lease_span_us, std::memory_order_relaxed);
 }
 
 void LeaseKeeper::Stop(bool deregister) {
@@ -47,6 +56,7 @@ void LeaseKeeper::Stop(bool deregister) {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (timer_.joinable()) timer_.join();
   if (!deregister) return;
   try {
     std::string id = worker_id();
@@ -56,11 +66,17 @@ void LeaseKeeper::Stop(bool deregister) {
   }
 }
 
-void LeaseKeeper::SetHeldJobs(std::function<std::vector<std::int64_t>()> held_jobs) {
+void LeaseKeeper::SetHeldJobs(std::function<HeldJobs()> held_jobs) {
   // Waits for a call in flight: after SetHeldJobs(nullptr) returns, what the
   // old function reads may go.
   std::lock_guard lock(held_jobs_mu_);
   held_jobs_ = std::move(held_jobs);
+}
+
+std::optional<HeldJobs> LeaseKeeper::ReadHeldJobs() {
+  std::lock_guard lock(held_jobs_mu_);
+  if (!held_jobs_) return std::nullopt;
+  return held_jobs_();
 }
 
 std::string LeaseKeeper::worker_id() const {
@@ -99,45 +115,53 @@ void LeaseKeeper::Loop() {
       std::lock_guard lock(mu_);
       last_round_ = Clock::now();
     }
-    CheckExpiry();
   }
 }
 
-void LeaseKeeper::CheckExpiry() {
-  const auto expiry = std::chrono::microseconds(timings_.heartbeat_ttl_us - timings_.heartbeat_interval_us);
-  std::lock_guard lock(mu_);
-  if (!held_.load() || Clock::now() - last_heartbeat_ <= expiry) return;
-  held_.store(false, std::memory_order_release);
-  reregister_ = true;
-  int stopped = running_.RequestStopAll(StopReason::kLeaseLost);
-  spdlog::error(
-      "lease_lost worker={} stopped_jobs={} | no heartbeat for {}; claiming paused until the "
-      "database answers",
-      identity_.id, stopped, FormatDuration(expiry.count()));
+void LeaseKeeper::TimerLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (!held_.load(std::memory_order_acquire)) {
+      cv_.wait(lock);  // a round that regains the lease notifies
+      continue;
+    }
+    if (Clock::now() < lease_until_) {
+      cv_.wait_until(lock, lease_until_);  // a heartbeat moves it on; looked at again then
+      continue;
+    }
+    held_.store(false, std::memory_order_release);
+    reregister_ = true;
+    int stopped = running_.RequestStopAll(StopReason::kLeaseLost);
+    spdlog::error(
+        "lease_lost worker={} stopped_jobs={} | no heartbeat sent in the last {} succeeded; handlers "
+        "stopped (TERM, KILL after kill_grace) before any rescue; claiming paused until the database "
+        "answers",
+        identity_.id, stopped, FormatDuration(lease_span_us()));
+  }
 }
 
-void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector<OwnedJob>& owned) {
-  // Read after the database: a job claimed before that read was added to
-  // its runner's held set microseconds after its commit, and it is settled
-  // only heartbeat_ttl later.
-  std::set<std::int64_t> held;
-  {
-    std::lock_guard lock(held_jobs_mu_);
-    if (!held_jobs_) return;
-    for (std::int64_t id : held_jobs_()) held.insert(id);
-  }
-  // An orphan is released when two rounds in a row saw it: a claim that
-  // waited on a lock longer than heartbeat_ttl commits with an old
-  // started_at (its transaction's now()), and one round's read may fall
-  // between its commit and its runner taking the jobs, microseconds later.
+void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector<OwnedJob>& owned,
+                                 const std::optional<HeldJobs>& before) {
+  // Read after the database. A claim commits, then its runner adds the jobs
+  // to its held set (microseconds later): a job claimed before the database
+  // read is in this set unless a claim was in flight across the read. Then
+  // the runners' counts say so, and such jobs are only released once two
+  // rounds in a row saw them, claimed over heartbeat_ttl ago (a claim that
+  // waited on a lock commits with an old started_at).
+  const std::optional<HeldJobs> after = ReadHeldJobs();
+  if (!before || !after) return;
+  const bool quiet = before->claims_in_flight == 0 && after->claims_started == before->claims_started;
+  const std::set<std::int64_t> held(after->ids.begin(), after->ids.end());
   std::set<std::pair<std::int64_t, std::int32_t>> seen;
   std::vector<FinishRequest> orphans;
   for (const OwnedJob& job : owned) {
-    if (!job.settled || held.contains(job.id)) continue;
-    seen.emplace(job.id, job.run_count);
-    if (orphan_candidates_.contains({job.id, job.run_count})) {
-      orphans.push_back({job.id, job.run_count, JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}});
+    if (held.contains(job.id)) continue;
+    if (!quiet) {
+      if (!job.settled) continue;
+      seen.emplace(job.id, job.run_count);
+      if (!orphan_candidates_.contains({job.id, job.run_count})) continue;
     }
+    orphans.push_back({job.id, job.run_count, JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}});
   }
   orphan_candidates_ = std::move(seen);
   for (const FinishRequest& orphan : orphans) {
@@ -148,7 +172,8 @@ void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector
       });
       if (r.applied) {
         spdlog::warn("orphan_released job={} run={} state={} | running under this worker in the database "
-                     "but not held here (its finish was given up or lost); no attempt spent",
+                     "but not held here (its finish was given up or lost, or it never started); no attempt "
+                     "spent",
                      orphan.job_id, orphan.run_count, r.state);
       }
     } catch (const pg::ConnectionError&) {
@@ -170,6 +195,9 @@ void LeaseKeeper::Round() {
     identity = identity_;
     reregister = reregister_;
   }
+  // The lease runs from when the heartbeat that renews it was sent: the
+  // server stamps it later, and rescues heartbeat_ttl after that stamp.
+  auto sent = Clock::now();
   if (reregister) {
     // Our jobs were stopped without finishes: let the rescue take the old id.
     identity.id = RandomUuid();
@@ -177,8 +205,16 @@ void LeaseKeeper::Round() {
     spdlog::warn("registered worker={} host={} pid={} | new id after a lost lease", identity.id,
                  LogValue(identity.hostname), identity.pid);
   } else if (!session_.Run([&](pg::Connection& c) { return Heartbeat(c, identity.id); })) {
+    // A rescue (or an operator) deleted the row: its jobs are someone
+    // else's now. The old id is never taken again, so a claim or finish
+    // under it that reaches the server late finds no lease.
+    int stopped = running_.RequestStopAll(StopReason::kLeaseLost);
+    const std::string old_id = identity.id;
+    identity.id = RandomUuid();
+    sent = Clock::now();
     session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
-    spdlog::warn("registered worker={} | the worker row had vanished", identity.id);
+    spdlog::warn("registered worker={} old_worker={} stopped_jobs={} | new id: the worker row had vanished",
+                 identity.id, old_id, stopped);
   }
   {
     std::lock_guard lock(mu_);
@@ -187,15 +223,19 @@ void LeaseKeeper::Round() {
     if (reregister_ && !reregister) return;
     identity_.id = identity.id;
     reregister_ = false;
-    last_heartbeat_ = Clock::now();
+    lease_until_ = std::max(lease_until_, sent + std::chrono::microseconds(lease_span_us()));
   }
-  if (!held_.exchange(true)) spdlog::info("lease_regained worker={}", identity.id);
+  if (!held_.exchange(true)) {
+    cv_.notify_all();  // the timer waits for the lease to be held again
+    spdlog::info("lease_regained worker={}", identity.id);
+  }
 
   // Jobs running here that the database no longer gives us, and cancels.
   auto before = running_.Snapshot();
+  const std::optional<HeldJobs> held_before = ReadHeldJobs();
   auto owned = session_.Run(
       [&](pg::Connection& c) { return OwnedRunningJobs(c, identity.id, timings_.heartbeat_ttl_us); });
-  ReleaseOrphans(identity.id, owned);
+  ReleaseOrphans(identity.id, owned, held_before);
   std::set<std::pair<std::int64_t, std::int32_t>> ours;
   for (const OwnedJob& job : owned) {
     ours.emplace(job.id, job.run_count);

@@ -1,27 +1,39 @@
 // The lease keeper: one thread and one connection that keep this daemon's
-// lease (SPEC §4). Every heartbeat_interval it
-//  - heartbeats its akadze.workers row (re-registering if the row vanished);
-//  - compares the jobs the database says it runs with the jobs it runs:
-//    a cancel request stops the job (kCancelRequested), a job no longer ours
-//    (rescued while we were slow) stops without a finish (kLeaseLost);
+// lease (SPEC §4), and a timer thread that ends it. Every heartbeat_interval it
+//  - heartbeats its akadze.workers row. A row that vanished (a rescue or an
+//    operator deleted it) stops every running job without a finish and
+//    registers a new id: an old id is never taken again;
+//  - reconciles: the jobs the database says it runs that the daemon does not
+//    hold are released at once (queued, no attempt spent: their run ended,
+//    its finish given up or lost with a failover, or never started); a cancel
+//    request stops the job (kCancelRequested), a job no longer ours (rescued
+//    while we were slow) stops without a finish (kLeaseLost);
 //  - rescues jobs of workers whose heartbeat is older than heartbeat_ttl.
-// When no heartbeat has succeeded for heartbeat_ttl - heartbeat_interval (a
-// margin before other daemons, which wait heartbeat_ttl, start rescuing) the
-// lease is lost: every running job is stopped without a finish and claiming
-// pauses. The check runs on the main thread's timer (CheckExpiry), so a
-// statement that hangs cannot delay it. Once the
-// database answers again the daemon registers under a new worker id, so the
-// jobs of the old id are rescued like those of any dead worker.
 //
-// Thread-safety: worker_id(), held() and last_round() may be called from any
-// thread; Start/Stop from the owner only.
+// The lease lasts lease_span (config.h, LeaseSpanUs: heartbeat_ttl minus the
+// largest kill_grace minus kLeaseStopMarginUs) from when the last heartbeat
+// that succeeded was SENT. Another daemon rescues heartbeat_ttl after the
+// server stamped that heartbeat, which is later. The timer thread wakes at
+// the lease's end (steady clock, independent of any statement that hangs on
+// a cut network) and stops every running job without a finish: each handler
+// gets TERM, then KILL after its kill_grace, so all are dead before the
+// first rescue may start. Claiming pauses; the claims' own fence
+// (ClaimRequest::lease_span_us) refuses a claim that reaches the server
+// after the lease ran out. Once the database answers again the daemon
+// registers under a new worker id, so the jobs of the old id are rescued
+// like those of any dead worker.
+//
+// Thread-safety: worker_id(), held(), lease_span_us(), SetLeaseSpan() and
+// last_round() may be called from any thread; Start/Stop from the owner only.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -35,10 +47,19 @@
 
 namespace akadzed {
 
+// What the daemon's queue runners hold, for the keeper's reconcile.
+struct HeldJobs {
+  std::vector<std::int64_t> ids;  // claimed and not yet finished (or dropped)
+  int claims_in_flight = 0;       // claims between their start and handing their jobs over
+  std::uint64_t claims_started = 0;  // claims ever started, summed over the runners
+};
+
 class LeaseKeeper {
  public:
-  // `hooks` (may be null) run in each rescue's transaction.
+  // `hooks` (may be null) run in each rescue's transaction. `lease_span_us`:
+  // see the top of this file; `stall_timeout` bounds its transactions.
   LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
+              std::int64_t lease_span_us, std::chrono::milliseconds stall_timeout,
               RunningJobs& running, const TransitionHooks* hooks = nullptr);
   ~LeaseKeeper();
 
@@ -47,16 +68,19 @@ class LeaseKeeper {
   // Stops the thread; with `deregister`, deletes the worker's row.
   void Stop(bool deregister);
 
-  // Declares the lease lost when the last heartbeat is too old. Called
-  // about once a second by the daemon's main thread, and after each round.
-  void CheckExpiry();
+  // A reload changed the largest kill_grace: the next heartbeats' leases
+  // last `lease_span_us`.
+  void SetLeaseSpan(std::int64_t lease_span_us);
+  std::int64_t lease_span_us() const { return lease_span_us_.load(std::memory_order_relaxed); }
 
   // Tells the keeper which jobs the daemon holds (claimed and not yet
-  // finished). A job the database says this worker runs, claimed over
-  // heartbeat_ttl ago, that the daemon does not hold, in two rounds in a row
-  // (its finish was given up, or lost with a failover) is released: queued
-  // again, no attempt spent. Set once, after the runners exist; until then nothing is released.
-  void SetHeldJobs(std::function<std::vector<std::int64_t>()> held_jobs);
+  // finished) and which claims are in flight (HeldJobs). A job the database
+  // says this worker runs that the daemon does not hold is released at once
+  // (queued again, no attempt spent) when no claim was in flight across the
+  // keeper's read; otherwise when two rounds in a row saw it, claimed over
+  // heartbeat_ttl ago. Set once, after the runners exist; until then nothing
+  // is released.
+  void SetHeldJobs(std::function<HeldJobs()> held_jobs);
 
   std::string worker_id() const;
   // False while the lease is lost (no heartbeat for heartbeat_ttl).
@@ -66,9 +90,13 @@ class LeaseKeeper {
 
  private:
   void Loop();
+  void TimerLoop();
   void Round();
-  // Releases `owned` jobs that are settled and not held (SetHeldJobs).
-  void ReleaseOrphans(const std::string& worker_id, const std::vector<OwnedJob>& owned);
+  std::optional<HeldJobs> ReadHeldJobs();
+  // Releases `owned` jobs the daemon does not hold (SetHeldJobs); `before`:
+  // what the runners held before `owned` was read.
+  void ReleaseOrphans(const std::string& worker_id, const std::vector<OwnedJob>& owned,
+                      const std::optional<HeldJobs>& before);
 
   DbSession session_;
   WorkerConfig timings_;
@@ -78,19 +106,21 @@ class LeaseKeeper {
   // SetHeldJobs(nullptr) waits for a call in flight; taken before any
   // runner's mutex, never the other way round.
   std::mutex held_jobs_mu_;
-  std::function<std::vector<std::int64_t>()> held_jobs_;  // guarded by held_jobs_mu_
+  std::function<HeldJobs()> held_jobs_;  // guarded by held_jobs_mu_
   // Orphans the last round saw (id, run_count); the loop thread only.
   std::set<std::pair<std::int64_t, std::int32_t>> orphan_candidates_;
   std::set<std::int64_t> skipped_logged_;  // rescue_skipped jobs named once; the loop thread only
   bool round_failed_ = false;                  // the last round failed; the loop thread only
   std::chrono::steady_clock::time_point rescue_after_{};  // no rescue before; the loop thread only
   std::atomic<bool> held_{true};
+  std::atomic<std::int64_t> lease_span_us_;
   std::thread thread_;
+  std::thread timer_;  // TimerLoop
   mutable std::mutex mu_;
   std::condition_variable cv_;
   WorkerIdentity identity_;                                  // guarded by mu_
   bool stopping_ = false;                                    // guarded by mu_
-  std::chrono::steady_clock::time_point last_heartbeat_;     // guarded by mu_
+  std::chrono::steady_clock::time_point lease_until_;        // guarded by mu_
   std::chrono::steady_clock::time_point last_round_;         // guarded by mu_
   bool reregister_ = false;  // lease was lost: take a new id; guarded by mu_
 };

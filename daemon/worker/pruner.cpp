@@ -39,8 +39,8 @@ PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batc
   return counts;
 }
 
-Pruner::Pruner(std::string conninfo, PruningConfig config)
-    : session_(std::move(conninfo), "akadzed pruner"), config_(config) {}
+Pruner::Pruner(std::string conninfo, std::chrono::milliseconds stall_timeout, PruningConfig config)
+    : session_(std::move(conninfo), "akadzed pruner", stall_timeout), config_(config) {}
 
 Pruner::~Pruner() { Stop(); }
 

@@ -32,7 +32,8 @@ PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batc
 
 class Pruner {
  public:
-  Pruner(std::string conninfo, PruningConfig config);
+  // `stall_timeout` bounds its transactions (pg::Connection::Open).
+  Pruner(std::string conninfo, std::chrono::milliseconds stall_timeout, PruningConfig config);
   ~Pruner();
 
   void Start();

@@ -27,12 +27,12 @@ constexpr std::chrono::seconds kRefusalHold{10};
 using Clock = std::chrono::steady_clock;
 
 QueueRunner::QueueRunner(QueueConfig queue, const WorkerConfig& timings, const std::string& conninfo,
-                         HandlerRegistry& handlers, RunningJobs& running, Finisher& finisher,
-                         LeaseKeeper& lease, WorkerMetrics& metrics,
-                         const TransitionHooks* hooks)
+                         std::chrono::milliseconds stall_timeout, HandlerRegistry& handlers,
+                         RunningJobs& running, Finisher& finisher, LeaseKeeper& lease,
+                         WorkerMetrics& metrics, const TransitionHooks* hooks)
     : queue_(std::move(queue)),
       timings_(timings),
-      session_(conninfo, "akadzed claim " + queue_.name),
+      session_(conninfo, "akadzed claim " + queue_.name, stall_timeout),
       handlers_(handlers),
       running_(running),
       finisher_(finisher),
@@ -92,9 +92,9 @@ int QueueRunner::busy_slots() const {
   return busy_;
 }
 
-std::vector<std::int64_t> QueueRunner::held_jobs() const {
+HeldJobs QueueRunner::held_jobs() const {
   std::lock_guard lock(mu_);
-  return {held_.begin(), held_.end()};
+  return HeldJobs{{held_.begin(), held_.end()}, claim_in_flight_ ? 1 : 0, claims_started_};
 }
 
 Clock::time_point QueueRunner::last_round() const {
@@ -116,6 +116,7 @@ void QueueRunner::ClaimLoop() {
   // The worker id of a claim whose COMMIT was in doubt, until its jobs are
   // released (see the header comment).
   std::optional<std::string> in_doubt_worker;
+  bool fenced_logged = false;  // claim_fenced is logged once until a claim passes the fence
   for (;;) {
     int free_slots;
     Clock::time_point round_start;
@@ -135,6 +136,7 @@ void QueueRunner::ClaimLoop() {
       request.mode = queue_.mode;
       request.aging_us = queue_.aging_us;
       request.worker_id = lease_.worker_id();
+      request.lease_span_us = lease_.lease_span_us();
       if (hooks_ && hooks_->AnyFrom("queued")) {
         request.before_commit = [this](pg::Connection& c, const std::vector<std::int64_t>& ids) {
           hooks_->Fire(c, "queued", ids);
@@ -170,6 +172,20 @@ void QueueRunner::ClaimLoop() {
         const auto now = Clock::now();
         std::erase_if(refused_, [&](const auto& r) { return r.second <= now; });
         for (const auto& [id, until] : refused_) request.exclude_ids.push_back(id);
+        // In flight for the lease keeper's reconcile (held_jobs()) until its
+        // jobs are in held_ below, or it failed.
+        {
+          std::lock_guard lock(mu_);
+          claim_in_flight_ = true;
+          ++claims_started_;
+        }
+        struct InFlight {
+          QueueRunner& runner;
+          ~InFlight() {
+            std::lock_guard lock(runner.mu_);
+            runner.claim_in_flight_ = false;
+          }
+        } in_flight{*this};
         ClaimResult result;
         for (int refusals = 0;;) {
           try {
@@ -192,6 +208,16 @@ void QueueRunner::ClaimLoop() {
                        ended->failures, ended->ms);
         }
         backoff.Reset();
+        if (result.fenced) {
+          if (!fenced_logged) {
+            spdlog::warn("claim_fenced queue={} worker={} | the lease ran out (or the worker row is gone) "
+                         "before the claim ran: nothing claimed",
+                         LogValue(queue_.name), request.worker_id);
+          }
+          fenced_logged = true;
+        } else {
+          fenced_logged = false;
+        }
         metrics_.Claimed(queue_.name, result);
         full = static_cast<int>(result.jobs.size() + result.unprocessable.size()) == free_slots;
         if (!result.jobs.empty()) {
@@ -209,6 +235,19 @@ void QueueRunner::ClaimLoop() {
         // cost a full core at 1000 slots and 200 claims/s of a few jobs, and
         // 4x the enqueue-to-start latency (docs/benchmarks.md, End-to-end).
         work_cv_.notify_one();
+      } catch (const pg::TransientError& e) {
+        if (e.sqlstate() != "55P03") {
+          spdlog::error("claim_failed queue={} | {}", LogValue(queue_.name), OneLine(e.what()));
+          back_off();
+        } else {
+          // lock_timeout (database.stall_timeout) on the queue's claim lock: a
+          // claim of another daemon holds it that long, cut off mid-flight;
+          // the server ends that session within the same bound. Try again at
+          // the next round, without backing off.
+          spdlog::warn("claim_lock_timeout queue={} | waited database.stall_timeout for a claim lock (a "
+                       "claim cut off mid-flight holds it until the server ends it); trying again",
+                       LogValue(queue_.name));
+        }
       } catch (const pg::ConnectionError& e) {
         // The database is away (logged once per outage), or the claim's
         // COMMIT was in doubt: its jobs are released before the next claim.

@@ -46,8 +46,10 @@ namespace akadzed {
 
 class QueueRunner {
  public:
+  // `stall_timeout` bounds each claim's transaction (pg::Connection::Open):
+  // a claim that waits that long for the queue's claim lock retries.
   QueueRunner(QueueConfig queue, const WorkerConfig& timings, const std::string& conninfo,
-              HandlerRegistry& handlers, RunningJobs& running, Finisher& finisher,
+              std::chrono::milliseconds stall_timeout, HandlerRegistry& handlers, RunningJobs& running, Finisher& finisher,
               LeaseKeeper& lease, WorkerMetrics& metrics,
               const TransitionHooks* hooks = nullptr);  // run in each claim's transaction
   ~QueueRunner();
@@ -69,8 +71,11 @@ class QueueRunner {
   int slots() const { return queue_.slots; }
   int busy_slots() const;
   // The jobs this runner is responsible for: claimed and not yet finished
-  // (queued for an executor, running, or waiting for the finisher).
-  std::vector<std::int64_t> held_jobs() const;
+  // (queued for an executor, running, or waiting for the finisher), and its
+  // claim in flight, if any (HeldJobs, for the lease keeper's reconcile).
+  // A claim counts as in flight from before its BEGIN until its jobs are in
+  // `ids`, or it failed.
+  HeldJobs held_jobs() const;
   std::chrono::steady_clock::time_point last_round() const;
 
  private:
@@ -112,6 +117,8 @@ class QueueRunner {
   bool claiming_ = true;                 // guarded by mu_
   bool executors_stop_ = false;          // guarded by mu_
   bool wake_ = false;                    // guarded by mu_
+  bool claim_in_flight_ = false;         // guarded by mu_
+  std::uint64_t claims_started_ = 0;     // guarded by mu_
   std::chrono::steady_clock::time_point last_round_;  // guarded by mu_
 };
 
