@@ -481,6 +481,64 @@ TEST_CASE("a daemon that cannot heartbeat for heartbeat_ttl stops its handlers; 
   CHECK(daemon.Wait() == 0);
 }
 
+TEST_CASE("a worker row deleted under a running daemon: its jobs stop, it registers a new id, never the old",
+          "[daemon][lease]") {
+  DaemonFixture f;
+  std::string pidfile = f.dir.path() + "/handler.pid";
+  std::string script = f.dir.Write(
+      "hold.sh",
+      "#!/bin/sh\nif [ \"$AKADZE_RUN_COUNT\" = 1 ]; then echo $$ > " + pidfile + "; exec sleep 300; fi\n", true);
+  auto daemon = f.Start(f.Config(Shell("hold", script)));
+  auto id = f.Enqueue("hold");
+  REQUIRE(WaitUntil([&] { return ReadPid(pidfile) > 0; }));
+  pid_t handler = ReadPid(pidfile);
+  const std::string old_id(f.conn.exec("SELECT worker_id::text FROM akadze.jobs WHERE id = $1",
+                                       pg::Params().add(id)).text(0, 0));
+  // What a rescue does to a worker it judged dead: its job back to the
+  // queue, its row deleted.
+  f.conn.exec("UPDATE akadze.jobs SET state = 'queued', worker_id = NULL WHERE id = $1", pg::Params().add(id));
+  f.conn.exec("DELETE FROM akadze.workers");
+  REQUIRE(daemon->WaitForLog("new id: the worker row had vanished"));
+  CHECK(WaitUntil([&] { return ProcessGone(handler); }, 10s));
+  // The job runs again (run 2), under the new id.
+  REQUIRE(f.WaitState(id, "succeeded"));
+  json row = f.Row(id);
+  CHECK(row["worker_id"] != old_id);
+  CHECK(f.conn.exec("SELECT count(*) FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(old_id))
+            .int64(0, 0) == 0);
+  CHECK(f.conn.exec("SELECT count(*) FROM akadze.workers").int64(0, 0) == 1);
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait() == 0);
+}
+
+TEST_CASE("reconcile: a job running under this worker in the database that it does not hold is released "
+          "within a heartbeat round, no attempt spent",
+          "[daemon][lease]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write("noop.sh", "#!/bin/sh\n", true);
+  // The queue is paused, so nothing of this daemon's is in flight and the
+  // job below can only come back through the reconcile.
+  f.conn.exec("INSERT INTO akadze.queue_pauses (queue) VALUES ('default')");
+  auto daemon = f.Start(f.Config(Shell("noop", script)));
+  REQUIRE(WaitUntil([&] { return f.conn.exec("SELECT count(*) FROM akadze.workers").int64(0, 0) == 1; }));
+  auto id = f.Enqueue("noop");
+  // What a failover that lost the finish leaves: the job running under a
+  // live worker that holds nothing (just claimed, not over heartbeat_ttl ago).
+  f.conn.exec("UPDATE akadze.jobs SET state = 'running', run_count = 1, started_at = now(),"
+              " worker_id = (SELECT id FROM akadze.workers) WHERE id = $1",
+              pg::Params().add(id));
+  const auto put = std::chrono::steady_clock::now();
+  REQUIRE(WaitUntil([&] { return f.State(id) == "queued"; }, 10s));
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - put);
+  CHECK(ms < 1500ms);  // a round or two of 200 ms, not heartbeat_ttl and two rounds
+  CHECK(daemon->WaitForLog("orphan_released job=" + std::to_string(id)));
+  json row = f.Row(id);
+  CHECK(row["attempt"] == 0);
+  CHECK(row["errors"].empty());
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait() == 0);
+}
+
 TEST_CASE("journald format: priority prefixes and no timestamps", "[daemon]") {
   DaemonFixture f;
   std::string script = f.dir.Write("noop.sh", "#!/bin/sh\necho to-the-journal\n", true);
