@@ -361,6 +361,10 @@ TEST_CASE("50 MB of args reach shell and plugin handlers", "[daemon][args]") {
                       .int64(0, 0));
   }
   for (auto id : ids) {
+    INFO("daemon log tail: " + [&] {
+      std::string log = daemon->Log();
+      return log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+    }());
     REQUIRE(f.WaitState(id, "succeeded", 120s));
     CHECK(f.conn.exec("SELECT (result->>'bytes')::bigint = octet_length(args::text)"
                       " FROM akadze.jobs WHERE id = $1", pg::Params().add(id)).boolean(0, 0));
