@@ -233,10 +233,10 @@ std::string KindsText(const std::map<std::string, std::int64_t>& kinds) {
 // daemons on `url` (the stage's read-write multi-host URL when empty).
 struct Failover {
   // heartbeat_interval 200 ms, heartbeat_ttl `ttl_ms`.
-  explicit Failover(std::int64_t ttl_ms = 1500)
-      : ttl_ms(ttl_ms), s([&] {
+  explicit Failover(std::int64_t ttl = 1500)
+      : ttl_ms(ttl), s([&] {
           ScenarioOptions o;
-          o.heartbeat_ttl = std::to_string(ttl_ms) + "ms";
+          o.heartbeat_ttl = std::to_string(ttl) + "ms";
           return o;
         }()) {}
   const std::int64_t ttl_ms;
