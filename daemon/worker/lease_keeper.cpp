@@ -215,6 +215,9 @@ void LeaseKeeper::Round() {
     session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
     spdlog::warn("registered worker={} old_worker={} stopped_jobs={} | new id: the worker row had vanished",
                  identity.id, old_id, stopped);
+    // Also the re-registration a lease that ran out meanwhile asks for (the
+    // heartbeat was held on a cut network): one new id, not two.
+    reregister = true;
   }
   {
     std::lock_guard lock(mu_);

@@ -422,7 +422,7 @@ TEST_CASE("failover with synchronous replication while jobs flow: nothing acknow
   recovery << "each daemon's first claim " << MsList(again)
            << " after the promote; lost commits " << lost.transitions << "; attempts spent "
            << attempts << "; leases lost " << lease_lost;
-  f.s.Report("15a. failover, synchronous", audit, faults.str(), recovery.str());
+  f.s.Report("15d. failover, synchronous", audit, faults.str(), recovery.str());
   INFO(audit.Summary());
   INFO("job errors: " << errors);
   CHECK(audit.ok());
@@ -547,7 +547,7 @@ TEST_CASE("failover that loses acknowledged commits (async, walsender paused): j
            << finished_ms << " ms after the promote (still running " << still_running
            << "); first claims " << MsList(again) << "; attempts spent " << attempts
            << "; leases lost " << lease_lost;
-  f.s.Report("15b. failover, async with lag", audit, faults.str(), recovery.str());
+  f.s.Report("15e. failover, async with lag", audit, faults.str(), recovery.str());
   std::string stories;
   for (std::int64_t id : ProblemJobs(audit)) {
     stories += JobStory(f, id, up_us, f.pair->StartOldPrimaryIsolated(FailoverStage::kDb));
@@ -655,7 +655,7 @@ TEST_CASE("a read-only server is a connection problem: standby first in a URL wi
            << "; the any-daemon: "
            << (any_alive ? "alive" : "exited " + std::to_string(any_exit)) << ", claimed "
            << (any_claims ? "yes" : "no") << ", read-only lines " << any_ro_lines;
-  f.s.Report("15c. read-only server", audit, faults.str(), recovery.str());
+  f.s.Report("15f. read-only server", audit, faults.str(), recovery.str());
   INFO(audit.Summary());
   INFO("job errors: " << errors);
   INFO("read-only error lines:\n" << sample);
@@ -667,7 +667,7 @@ TEST_CASE("a read-only server is a connection problem: standby first in a URL wi
   CHECK(attempts == 0);
   CHECK(ro_error_lines == 0);
   // Informative: what a daemon told target_session_attrs=any did.
-  std::cout << "15c: the target_session_attrs=any daemon's last log line: " << any_last
+  std::cout << "15f: the target_session_attrs=any daemon's last log line: " << any_last
             << std::endl;
 }
 
