@@ -20,12 +20,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 TEST_CASE("kill -9 of daemons at random moments: the others rescue their jobs",
           "[faults][kill][direct]") {
   FaultScenario s;  // heartbeat 200 ms, ttl 1.5 s

@@ -43,12 +43,6 @@ namespace {
 using namespace std::chrono_literals;
 
 
-std::int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The scenario's database on a streaming pair: migrated, with the audit
 // log, limits and jobs as FaultScenario makes them (fault_scenario.cpp),
 // reached through the read-write multi-host URL so that it follows a

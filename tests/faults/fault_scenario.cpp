@@ -16,6 +16,29 @@ namespace akadzed::test {
 
 using namespace std::chrono_literals;
 
+std::int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool ProcessRunning(const std::string& needle) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return false;
+  bool found = false;
+  while (dirent* e = readdir(proc)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(needle) != std::string::npos) {
+      found = true;
+      break;
+    }
+  }
+  closedir(proc);
+  return found;
+}
+
 bool Long() {
   const char* v = std::getenv("AKADZED_LONG_FAULTS");
   return v != nullptr && *v != '\0' && std::string(v) != "0";
@@ -158,24 +181,7 @@ bool FaultScenario::WaitAllFinished(std::chrono::milliseconds timeout) {
 }
 
 bool FaultScenario::WaitHandlersGone(std::chrono::milliseconds timeout) {
-  auto running = [&] {
-    DIR* proc = opendir("/proc");
-    if (proc == nullptr) return false;
-    bool found = false;
-    while (dirent* e = readdir(proc)) {
-      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
-      std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (cmdline.find(shell_script_) != std::string::npos) {
-        // A zombie nobody reaps has an empty cmdline, so this is a live one.
-        found = true;
-        break;
-      }
-    }
-    closedir(proc);
-    return found;
-  };
-  return WaitUntil([&] { return !running(); }, timeout);
+  return WaitUntil([&] { return !ProcessRunning(shell_script_); }, timeout);
 }
 
 int FaultScenario::StopDaemons() {

@@ -33,6 +33,13 @@ namespace akadzed::test {
 // True when AKADZED_LONG_FAULTS asks for the long variants.
 bool Long();
 
+// The wall clock in microseconds since the epoch (the audit's time base).
+std::int64_t NowUs();
+
+// True while a live process has `needle` in its command line (a zombie
+// nobody reaps has an empty one).
+bool ProcessRunning(const std::string& needle);
+
 struct ScenarioOptions {
   std::string heartbeat_interval = "200ms";
   std::string heartbeat_ttl = "1500ms";

@@ -49,12 +49,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string Ms(std::int64_t us) {
   std::ostringstream out;
   out << (us / 1000);
@@ -350,23 +344,6 @@ std::string StubbornScript(const FaultScenario& s) {
                        true);
 }
 
-// True while a process runs `script`.
-bool ScriptRunning(const std::string& script) {
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return false;
-  bool found = false;
-  while (dirent* e = readdir(proc)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmdline.find(script) != std::string::npos) {
-      found = true;
-      break;
-    }
-  }
-  closedir(proc);
-  return found;
-}
 
 // "ts=2026-11-30T12:00:00.123Z ..." -> microseconds since the epoch.
 std::optional<std::int64_t> LogTimeUs(const std::string& line) {
@@ -710,7 +687,7 @@ TEST_CASE("partition (b): a daemon whose heartbeat connection is cut stops its h
     }
   }
   CHECK(s.StopDaemons() == 0);
-  REQUIRE(WaitUntil([&] { return !ScriptRunning(stubborn); }, 30s));
+  REQUIRE(WaitUntil([&] { return !ProcessRunning(stubborn); }, 30s));
   watch.Stop();
   AuditReport audit = s.RunAudit();
 

@@ -27,12 +27,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // For every daemon process that recorded a finish after `since_us`: its
 // first one (pid -> microseconds since the epoch).
 std::map<std::int64_t, std::int64_t> FirstFinishSince(FaultScenario& s, std::int64_t since_us) {
