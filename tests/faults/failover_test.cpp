@@ -47,115 +47,55 @@ using namespace std::chrono_literals;
 // log, limits and jobs as FaultScenario makes them (fault_scenario.cpp),
 // reached through the read-write multi-host URL so that it follows a
 // promote.
+// The scenario's database on a streaming pair, created and migrated on the
+// primary and reached through the pair's read-write multi-host URL; the
+// scenario (FaultScenario on that URL) installs the audit log and does the
+// rest.
 class FailoverStage {
  public:
-  explicit FailoverStage(StreamingStandby& pair) : pair_(pair) {
-    pair_.CreateDatabase(kDb);
-    pg::Connection setup = pg::Connection::Open(pair_.primary_conninfo(kDb), "failover setup");
+  explicit FailoverStage(StreamingStandby& pair) {
+    pair.CreateDatabase(kDb);
+    pg::Connection setup = pg::Connection::Open(pair.primary_conninfo(kDb), "failover setup");
     Migrate(setup);
-    InstallAuditLog(setup);
-    url_ = pair_.multi_host_conninfo(kDb);
-    conn_ = std::make_unique<pg::Connection>(pg::Connection::Open(url_, "failover test"));
-    sampler_ = std::make_unique<LimitSampler>(url_);
+    url_ = pair.multi_host_conninfo(kDb);
   }
 
   static constexpr const char* kDb = "failover";
   const std::string& url() const { return url_; }
-  LimitSampler& sampler() { return *sampler_; }
-
-  // FaultScenario::Query: reconnects (through the multi-host URL) while no
-  // writable server answers, for up to 90 s.
-  pg::Result Query(const std::string& sql, const pg::Params& params = pg::Params()) {
-    auto deadline = std::chrono::steady_clock::now() + 90s;
-    for (;;) {
-      try {
-        if (!conn_->healthy()) *conn_ = pg::Connection::Open(url_, "failover test");
-        return conn_->exec(sql, params);
-      } catch (const pg::ConnectionError&) {
-        if (std::chrono::steady_clock::now() > deadline) throw;
-        std::this_thread::sleep_for(20ms);
-      }
-    }
-  }
-  std::int64_t CountJobs(const std::string& where) {
-    return Query("SELECT count(*) FROM akadze.jobs WHERE " + where).int64(0, 0);
-  }
-  bool WaitAllFinished(std::chrono::milliseconds timeout) {
-    return WaitUntil(
-        [&] { return CountJobs("state NOT IN ('succeeded', 'failed', 'cancelled')") == 0; },
-        timeout);
-  }
-
-  // FaultScenario::SetLimits.
-  void SetLimits(int keys) {
-    Query(
-        "INSERT INTO akadze.limits (key, max_running, max_starts, starts_window)"
-        " SELECT 'k' || i, 1 + i % 4, CASE WHEN i % 10 = 0 THEN 20 END,"
-        "        CASE WHEN i % 10 = 0 THEN interval '1 second' END"
-        " FROM generate_series(0, $1::int / 2 - 1) AS i",
-        pg::Params().add(keys));
-    Query("INSERT INTO akadze.limits (key, max_running) VALUES ('*', 3)");
-  }
-  // FaultScenario::Enqueue (shell jobs, max_attempts 5).
-  void Enqueue(int count, int keys, int min_ms, int max_ms, double seed) {
-    Query("SELECT setseed($1::float8)", pg::Params().add(std::to_string(seed)));
-    Query(
-        "INSERT INTO akadze.jobs (task, queue, priority, limit_key, args, max_attempts)"
-        " SELECT 'shell', CASE WHEN i % 2 = 0 THEN 'fair' ELSE 'ordered' END,"
-        "        (random() * 2)::int,"
-        "        CASE WHEN i % 10 = 9 THEN NULL ELSE 'k' || floor(random() * $2::int)::int END,"
-        "        jsonb_build_object('ms', $3::int + floor(random() * ($4::int - $3::int + 1))::int),"
-        "        5"
-        " FROM generate_series(0, $1::int - 1) AS i",
-        pg::Params().add(count).add(keys).add(min_ms).add(max_ms));
-  }
-
-  // Per daemon process (pid): its first claim committed after `since_us`.
-  std::map<std::int64_t, std::int64_t> FirstClaimSince(std::int64_t since_us) {
-    pg::Result r = Query(
-        "SELECT w.pid, (extract(epoch FROM min(t.at)) * 1000000)::int8"
-        " FROM fault_audit.transitions t JOIN fault_audit.workers w ON w.id = t.worker_id"
-        " WHERE t.from_state = 'queued' AND t.to_state = 'running'"
-        "   AND t.at > to_timestamp($1::float8 / 1000000)"
-        " GROUP BY w.pid",
-        pg::Params().add(since_us));
-    std::map<std::int64_t, std::int64_t> first;
-    for (int i = 0; i < r.rows(); ++i) first[r.int64(i, 0)] = r.int64(i, 1);
-    return first;
-  }
-
-  // Stops the sampler and audits every job; `executions` as given.
-  AuditReport RunAudit(std::vector<Execution> executions, std::int64_t heartbeat_ttl_us) {
-    sampler_->Stop();
-    Query("SELECT 1");  // a healthy connection on the current primary
-    AuditOptions options;
-    options.executions = std::move(executions);
-    options.heartbeat_ttl_us = heartbeat_ttl_us;
-    options.sampler = sampler_.get();
-    return Audit(*conn_, options);
-  }
-
-  // Attempts spent in all (each retry, failure or WorkerLost rescue adds
-  // one; a release adds none) and jobs with an error recorded.
-  std::pair<std::int64_t, std::int64_t> AttemptsAndErrors() {
-    pg::Result r = Query(
-        "SELECT COALESCE(sum(attempt), 0), count(*) FILTER (WHERE errors <> '[]'::jsonb)"
-        " FROM akadze.jobs");
-    return {r.int64(0, 0), r.int64(0, 1)};
-  }
-  std::string SomeErrors() {
-    pg::Result r = Query(
-        "SELECT string_agg(id || ': ' || errors::text, '; ') FROM"
-        " (SELECT id, errors FROM akadze.jobs WHERE errors <> '[]'::jsonb ORDER BY id LIMIT 5) e");
-    return std::string(r.text(0, 0));
-  }
 
  private:
-  StreamingStandby& pair_;
   std::string url_;
-  std::unique_ptr<pg::Connection> conn_;
-  std::unique_ptr<LimitSampler> sampler_;
 };
+
+// Per daemon process (pid): its first claim committed after `since_us`.
+std::map<std::int64_t, std::int64_t> FirstClaimSince(FaultScenario& s, std::int64_t since_us) {
+  pg::Result r = s.Query(
+      "SELECT w.pid, (extract(epoch FROM min(t.at)) * 1000000)::int8"
+      " FROM fault_audit.transitions t JOIN fault_audit.workers w ON w.id = t.worker_id"
+      " WHERE t.from_state = 'queued' AND t.to_state = 'running'"
+      "   AND t.at > to_timestamp($1::float8 / 1000000)"
+      " GROUP BY w.pid",
+      pg::Params().add(since_us));
+  std::map<std::int64_t, std::int64_t> first;
+  for (int i = 0; i < r.rows(); ++i) first[r.int64(i, 0)] = r.int64(i, 1);
+  return first;
+}
+
+// Attempts spent in all (each retry, failure or WorkerLost rescue adds one;
+// a release adds none) and jobs with an error recorded.
+std::pair<std::int64_t, std::int64_t> AttemptsAndErrors(FaultScenario& s) {
+  pg::Result r = s.Query(
+      "SELECT COALESCE(sum(attempt), 0), count(*) FILTER (WHERE errors <> '[]'::jsonb)"
+      " FROM akadze.jobs");
+  return {r.int64(0, 0), r.int64(0, 1)};
+}
+
+std::string SomeErrors(FaultScenario& s) {
+  pg::Result r = s.Query(
+      "SELECT string_agg(id || ': ' || errors::text, '; ') FROM"
+      " (SELECT id, errors FROM akadze.jobs WHERE errors <> '[]'::jsonb ORDER BY id LIMIT 5) e");
+  return std::string(r.text(0, 0));
+}
 
 // One transition of the audit log, as both servers recorded it.
 using Transition = std::tuple<std::int64_t /*job*/, std::string /*from*/, std::string /*to*/,
@@ -186,11 +126,11 @@ struct LostCommits {
   std::map<std::pair<std::int64_t, std::int32_t>, std::int64_t> reclaimed_at_us;
 };
 
-LostCommits CompareWithOldPrimary(StreamingStandby& pair, FailoverStage& stage) {
+LostCommits CompareWithOldPrimary(StreamingStandby& pair, FaultScenario& s) {
   pg::Connection old_primary =
       pg::Connection::Open(pair.StartOldPrimaryIsolated(FailoverStage::kDb), "failover test");
   const std::set<Transition> old_rows = ReadTransitions(old_primary);
-  stage.Query("SELECT 1");
+  s.Query("SELECT 1");
   pg::Connection now = pg::Connection::Open(pair.standby_conninfo(FailoverStage::kDb));
   const std::set<Transition> new_rows = ReadTransitions(now);
   LostCommits lost;
@@ -231,30 +171,31 @@ struct Failover {
       : ttl_ms(ttl), s([&] {
           ScenarioOptions o;
           o.heartbeat_ttl = std::to_string(ttl) + "ms";
+          o.database = stage.url();
           return o;
         }()) {}
   const std::int64_t ttl_ms;
   std::unique_ptr<StreamingStandby> pair = StreamingStandby::Start();
   FailoverStage stage{*pair};
-  FaultScenario s;  // its own database (in the test cluster) unused
+  FaultScenario s;  // on stage.url()
   static constexpr int kKeys = 20;
   std::int64_t ttl_us() const { return ttl_ms * 1000; }
 
   void Begin(int jobs, bool synchronous, const std::vector<std::string>& urls) {
     if (synchronous) pair->SetSynchronous(true);
-    stage.SetLimits(kKeys);
-    stage.Enqueue(jobs, kKeys, 20, 150, 0.15);
+    s.SetLimits(kKeys);
+    s.Enqueue("shell", jobs, kKeys, 20, 150, 0.15);
     pair->WaitCaughtUp();
-    stage.sampler().Start();
+    s.sampler().Start();
     for (const std::string& url : urls) s.StartDaemon(url.empty() ? stage.url() : url);
   }
   // Waits until `n` more jobs succeeded.
   void AwaitProgress(int n, std::chrono::milliseconds timeout = 60s) {
-    const std::int64_t done = stage.CountJobs("state = 'succeeded'");
+    const std::int64_t done = s.CountJobs("state = 'succeeded'");
     const bool progressed = WaitUntil(
         [&] {
           // A daemon that exited (a config the daemon refuses) ends the wait.
-          return stage.CountJobs("state = 'succeeded'") >= done + n ||
+          return s.CountJobs("state = 'succeeded'") >= done + n ||
                  static_cast<int>(s.LiveDaemons().size()) < s.daemons_started();
         },
         timeout) &&
@@ -279,7 +220,7 @@ struct Failover {
   }
   // Every daemon's first claim after `since_us`, in ms after it; -1 when none.
   std::vector<std::int64_t> ClaimedAgainMs(std::int64_t since_us) {
-    std::map<std::int64_t, std::int64_t> first = stage.FirstClaimSince(since_us);
+    std::map<std::int64_t, std::int64_t> first = FirstClaimSince(s, since_us);
     std::vector<std::int64_t> out;
     for (int i = 0; i < s.daemons_started(); ++i) {
       auto it = first.find(s.daemon(i).pid());
@@ -293,12 +234,12 @@ struct Failover {
 // finished (the first few).
 std::string Unfinished(Failover& f) {
   std::ostringstream out;
-  pg::Result jobs = f.stage.Query(
+  pg::Result jobs = f.s.Query(
       "SELECT id FROM akadze.jobs WHERE state NOT IN ('succeeded', 'failed', 'cancelled')"
       " ORDER BY id LIMIT 3");
   for (int i = 0; i < jobs.rows(); ++i) {
     const std::string id(jobs.text(i, 0));
-    pg::Result t = f.stage.Query(
+    pg::Result t = f.s.Query(
         "SELECT string_agg(from_state || '->' || to_state || ' run ' || run_count || ' worker ' ||"
         "  COALESCE(worker_id::text, '-') || ' at ' || at::text, E'\\n    ' ORDER BY seq)"
         " FROM fault_audit.transitions WHERE job_id = $1",
@@ -336,7 +277,7 @@ std::string JobStory(Failover& f, std::int64_t id, std::int64_t up_us,
       "  ((extract(epoch FROM at) * 1000000)::int8 - $2) / 1000, E'\\n    ' ORDER BY at)"
       " FROM fault_audit.transitions WHERE job_id = $1";
   out << "  new primary:\n    "
-      << f.stage.Query(sql, pg::Params().add(id).add(up_us)).text(0, 0) << "\n";
+      << f.s.Query(sql, pg::Params().add(id).add(up_us)).text(0, 0) << "\n";
   if (!old_conninfo.empty()) {
     pg::Connection old_primary = pg::Connection::Open(old_conninfo, "failover test");
     out << "  old primary:\n    "
@@ -379,7 +320,7 @@ TEST_CASE("failover with synchronous replication while jobs flow: nothing acknow
   const int batch = Long() ? 3000 : 400;
   f.Begin(batch, true, {"", "", ""});
   f.AwaitProgress(40);
-  REQUIRE(f.stage.CountJobs("state = 'queued'") >= 100);  // still flowing after the promote
+  REQUIRE(f.s.CountJobs("state = 'queued'") >= 100);  // still flowing after the promote
 
   const std::int64_t down_us = NowUs();
   f.pair->StopPrimaryImmediate();
@@ -397,16 +338,16 @@ TEST_CASE("failover with synchronous replication while jobs flow: nothing acknow
   CHECK(all_again);
   CHECK(f.s.LiveDaemons().size() == 3);
 
-  const bool finished = f.stage.WaitAllFinished(Long() ? 300s : 60s);
+  const bool finished = f.s.WaitAllFinished(Long() ? 300s : 60s);
   const std::string unfinished = finished ? "" : Unfinished(f);
   INFO("not finished in time:\n" << unfinished);
   CHECK(finished);
   CHECK(f.s.StopDaemons() == 0);
   REQUIRE(f.s.WaitHandlersGone(30s));
-  const auto [attempts, with_errors] = f.stage.AttemptsAndErrors();
-  const std::string errors = with_errors ? f.stage.SomeErrors() : "";
-  AuditReport audit = f.stage.RunAudit(ReadExecutions(f.s.record_path()), f.ttl_us());
-  const LostCommits lost = CompareWithOldPrimary(*f.pair, f.stage);
+  const auto [attempts, with_errors] = AttemptsAndErrors(f.s);
+  const std::string errors = with_errors ? SomeErrors(f.s) : "";
+  AuditReport audit = f.s.RunAudit();
+  const LostCommits lost = CompareWithOldPrimary(*f.pair, f.s);
   int lease_lost = 0;
   for (int d = 0; d < 3; ++d) lease_lost += f.s.CountLogLines(d, "event=lease_lost");
 
@@ -439,11 +380,11 @@ TEST_CASE("failover that loses acknowledged commits (async, walsender paused): j
   const int batch = Long() ? 3000 : 300;
   f.Begin(batch, false, {"", "", ""});
   f.AwaitProgress(40);
-  REQUIRE(f.stage.CountJobs("state = 'queued'") >= 60);
+  REQUIRE(f.s.CountJobs("state = 'queued'") >= 60);
 
   // The lag: finishes keep being acknowledged by the primary while none
   // reaches the standby. At least a second and 25 finishes of it.
-  const std::int64_t done_before = f.stage.CountJobs("state = 'succeeded'");
+  const std::int64_t done_before = f.s.CountJobs("state = 'succeeded'");
   f.pair->PauseWalSender();
   const std::int64_t pause_us = NowUs();
   const auto paused_at = std::chrono::steady_clock::now();
@@ -451,7 +392,7 @@ TEST_CASE("failover that loses acknowledged commits (async, walsender paused): j
   REQUIRE(WaitUntil(
       [&] {
         return std::chrono::steady_clock::now() - paused_at >= lag &&
-               f.stage.CountJobs("state = 'succeeded'") >= done_before + 25;
+               f.s.CountJobs("state = 'succeeded'") >= done_before + 25;
       },
       20s));
   const std::int64_t down_us = NowUs();
@@ -468,7 +409,7 @@ TEST_CASE("failover that loses acknowledged commits (async, walsender paused): j
     for (const Execution& e : ReadExecutions(f.s.record_path())) {
       if (e.end_us < down_us) completed.emplace(e.job_id, e.run_count);
     }
-    pg::Result r = f.stage.Query("SELECT id, run_count FROM akadze.jobs WHERE state = 'running'");
+    pg::Result r = f.s.Query("SELECT id, run_count FROM akadze.jobs WHERE state = 'running'");
     for (int i = 0; i < r.rows(); ++i) {
       if (completed.contains({r.int64(i, 0), static_cast<std::int32_t>(r.int64(i, 1))})) {
         ++running_done_at_promote;
@@ -477,26 +418,26 @@ TEST_CASE("failover that loses acknowledged commits (async, walsender paused): j
   }
 
   const auto bound = Long() ? 180s : 20s;
-  const bool finished = f.stage.WaitAllFinished(bound);
+  const bool finished = f.s.WaitAllFinished(bound);
   const std::int64_t finished_ms = (NowUs() - up_us) / 1000;
   const std::string unfinished = finished ? "" : Unfinished(f);
   INFO("not finished in time:\n" << unfinished);
-  const std::int64_t still_running = f.stage.CountJobs("state = 'running'");
+  const std::int64_t still_running = f.s.CountJobs("state = 'running'");
   CHECK(finished);
   std::vector<std::int64_t> again = f.ClaimedAgainMs(up_us);
   CHECK(f.s.LiveDaemons().size() == 3);
   CHECK(f.s.StopDaemons() == 0);
   REQUIRE(f.s.WaitHandlersGone(30s));
-  const auto [attempts, with_errors] = f.stage.AttemptsAndErrors();
-  const std::string errors = with_errors ? f.stage.SomeErrors() : "";
+  const auto [attempts, with_errors] = AttemptsAndErrors(f.s);
+  const std::string errors = with_errors ? SomeErrors(f.s) : "";
 
   // What was lost, from the old primary's own data (started where no URL
   // points), and when each orphan left `running` on the new primary.
-  const LostCommits lost = CompareWithOldPrimary(*f.pair, f.stage);
+  const LostCommits lost = CompareWithOldPrimary(*f.pair, f.s);
   std::int64_t reconcile_ms = 0, orphans_left = 0;
   std::map<std::string, std::int64_t> orphan_outcome;
   for (const auto& [job, run] : lost.orphaned) {
-    pg::Result r = f.stage.Query(
+    pg::Result r = f.s.Query(
         "SELECT to_state, attempt, (extract(epoch FROM at) * 1000000)::int8"
         " FROM fault_audit.transitions WHERE job_id = $1 AND run_count = $2"
         "   AND from_state = 'running' ORDER BY at LIMIT 1",
@@ -521,7 +462,7 @@ TEST_CASE("failover that loses acknowledged commits (async, walsender paused): j
         (it == lost.reclaimed_at_us.end() || e.start_us < it->second);
     (under_lost ? under_lost_claims : executions).push_back(e);
   }
-  AuditReport audit = f.stage.RunAudit(std::move(executions), f.ttl_us());
+  AuditReport audit = f.s.RunAudit(std::move(executions));
   int released = 0, lease_lost = 0;
   for (int d = 0; d < 3; ++d) {
     released += f.s.CountLogLines(d, "orphan_released");
@@ -587,7 +528,7 @@ TEST_CASE("a read-only server is a connection problem: standby first in a URL wi
   // SQLSTATE 25006 on their next write, new read-write sessions are refused.
   pg::Connection admin = pg::Connection::Open(f.pair->primary_conninfo(), "fault injector");
   admin.exec("SET default_transaction_read_only = off");
-  const std::int64_t done_before = f.stage.CountJobs("state = 'succeeded'");
+  const std::int64_t done_before = f.s.CountJobs("state = 'succeeded'");
   admin.exec("ALTER SYSTEM SET default_transaction_read_only = on");
   admin.exec("SELECT pg_reload_conf()");
   const std::int64_t ro_us = NowUs();
@@ -595,7 +536,7 @@ TEST_CASE("a read-only server is a connection problem: standby first in a URL wi
   admin.exec("ALTER SYSTEM RESET default_transaction_read_only");
   admin.exec("SELECT pg_reload_conf()");
   const std::int64_t rw_us = NowUs();
-  const std::int64_t done_during = f.stage.CountJobs("state = 'succeeded'") - done_before;
+  const std::int64_t done_during = f.s.CountJobs("state = 'succeeded'") - done_before;
   std::vector<std::int64_t> again;
   const bool all_again = WaitUntil(
       [&] {
@@ -606,7 +547,7 @@ TEST_CASE("a read-only server is a connection problem: standby first in a URL wi
       10s);
   CHECK(all_again);
 
-  const bool finished = f.stage.WaitAllFinished(Long() ? 300s : 60s);
+  const bool finished = f.s.WaitAllFinished(Long() ? 300s : 60s);
   const std::string unfinished = finished ? "" : Unfinished(f);
   INFO("not finished in time:\n" << unfinished);
   CHECK(finished);
@@ -614,11 +555,11 @@ TEST_CASE("a read-only server is a connection problem: standby first in a URL wi
   const int any_exit = any_alive ? -1 : f.s.daemon(3).Wait(1s);
   CHECK(f.s.StopDaemons() == 0);
   REQUIRE(f.s.WaitHandlersGone(30s));
-  const auto [attempts, with_errors] = f.stage.AttemptsAndErrors();
-  const std::string errors = with_errors ? f.stage.SomeErrors() : "";
+  const auto [attempts, with_errors] = AttemptsAndErrors(f.s);
+  const std::string errors = with_errors ? SomeErrors(f.s) : "";
   const std::int64_t read_only_errors =
-      f.stage.CountJobs("errors::text ILIKE '%read-only%' OR errors::text LIKE '%25006%'");
-  AuditReport audit = f.stage.RunAudit(ReadExecutions(f.s.record_path()), f.ttl_us());
+      f.s.CountJobs("errors::text ILIKE '%read-only%' OR errors::text LIKE '%25006%'");
+  AuditReport audit = f.s.RunAudit();
   // Log lines about the read-only server, and those at level error.
   int ro_lines = 0, ro_error_lines = 0, any_ro_lines = 0, any_claims = 0, lease_lost = 0;
   for (int d = 0; d < 3; ++d) lease_lost += f.s.CountLogLines(d, "event=lease_lost");
@@ -635,7 +576,7 @@ TEST_CASE("a read-only server is a connection problem: standby first in a URL wi
     }
   }
   {
-    std::map<std::int64_t, std::int64_t> claims = f.stage.FirstClaimSince(0);
+    std::map<std::int64_t, std::int64_t> claims = FirstClaimSince(f.s, 0);
     any_claims = claims.contains(f.s.daemon(3).pid()) ? 1 : 0;
   }
 

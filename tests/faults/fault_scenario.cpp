@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/duration.h"
 #include "pg/pg_error.h"
 #include "support/test_cluster.h"
 
@@ -65,7 +66,7 @@ std::string ShellHandler(const std::string& record) {
 }  // namespace
 
 FaultScenario::FaultScenario(ScenarioOptions options) : options_(std::move(options)) {
-  db_ = FreshDatabase();
+  db_ = options_.database.empty() ? FreshDatabase() : options_.database;
   conn_ = std::make_unique<pg::Connection>(pg::Connection::Open(db_));
   std::string name(conn_->exec("SELECT current_database()").text(0, 0));
   conn_->exec("ALTER DATABASE \"" + name + "\" SET synchronous_commit = on");
@@ -195,10 +196,16 @@ int FaultScenario::StopDaemons() {
 }
 
 AuditReport FaultScenario::RunAudit(bool records_complete) {
+  return RunAudit(ReadExecutions(record_path()), records_complete);
+}
+
+AuditReport FaultScenario::RunAudit(std::vector<Execution> executions, bool records_complete) {
   sampler_->Stop();
+  Query("SELECT 1");  // a healthy connection (after a restart or a failover)
   AuditOptions options;
-  options.executions = ReadExecutions(record_path());
+  options.executions = std::move(executions);
   options.records_complete = records_complete;
+  options.heartbeat_ttl_us = ParseDuration(options_.heartbeat_ttl).value_or(options.heartbeat_ttl_us);
   options.sampler = sampler_.get();
   return Audit(*conn_, options);
 }

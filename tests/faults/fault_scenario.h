@@ -47,6 +47,9 @@ struct ScenarioOptions {
   int slots = 4;  // per queue, per daemon
   int max_attempts = 5;
   std::string log_level = "info";
+  // The conninfo of a migrated database to run on (a multi-host URL, say);
+  // "": a FreshDatabase() of the test cluster.
+  std::string database;
 };
 
 class FaultScenario {
@@ -92,8 +95,10 @@ class FaultScenario {
   int StopDaemons();
 
   LimitSampler& sampler() { return *sampler_; }
-  // Stops the sampler and audits every job.
+  // Stops the sampler and audits every job (against the handler's records,
+  // or `executions` as given), with the scenario's heartbeat_ttl.
   AuditReport RunAudit(bool records_complete = true);
+  AuditReport RunAudit(std::vector<Execution> executions, bool records_complete = true);
   // Prints "<scenario>: <figures> | <audit summary>" and appends a table row
   // to $AKADZED_FAULT_REPORT when set.
   void Report(const std::string& scenario, const AuditReport& audit, const std::string& faults,
