@@ -19,9 +19,10 @@ void RegisterWorker(pg::Connection& conn, const WorkerIdentity& worker) {
       pg::Params().add(worker.id).add(worker.hostname).add(worker.pid).add_array(worker.queues));
 }
 
-bool Heartbeat(pg::Connection& conn, const std::string& worker_id) {
-  return conn.exec("UPDATE akadze.workers SET heartbeat_at = now() WHERE id = $1::uuid",
-                   pg::Params().add(worker_id))
+bool Heartbeat(pg::Connection& conn, const std::string& worker_id, std::optional<std::int64_t> lease_span_us) {
+  return conn.exec("UPDATE akadze.workers SET heartbeat_at = now() WHERE id = $1::uuid AND ($2::int8 IS NULL"
+                   " OR heartbeat_at >= clock_timestamp() - $2::int8 * interval '1 microsecond')",
+                   pg::Params().add(worker_id).add(lease_span_us))
              .affected() == 1;
 }
 

@@ -26,8 +26,13 @@ struct WorkerIdentity {
 void RegisterWorker(pg::Connection& conn, const WorkerIdentity& worker);
 
 // Sets heartbeat_at = now(). Returns false when the row is gone (it was
-// rescued as dead, or deleted by hand): the caller re-registers.
-bool Heartbeat(pg::Connection& conn, const std::string& worker_id);
+// rescued as dead, or deleted by hand), or, with `lease_span_us`, when its
+// heartbeat is older than that by clock_timestamp(): a heartbeat that
+// reaches the server after the lease ran out must not renew the old id (its
+// jobs would wait another heartbeat_ttl for their rescue). The caller takes
+// a new id.
+bool Heartbeat(pg::Connection& conn, const std::string& worker_id,
+               std::optional<std::int64_t> lease_span_us = std::nullopt);
 
 // Deletes the worker's row (clean shutdown, after its jobs were released).
 void DeregisterWorker(pg::Connection& conn, const std::string& worker_id);

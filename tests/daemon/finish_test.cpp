@@ -239,6 +239,19 @@ TEST_CASE("heartbeat reports a vanished worker row", "[lease]") {
   CHECK_FALSE(Heartbeat(db.conn, me.id));
 }
 
+TEST_CASE("a heartbeat that arrives after the lease span does not renew the old id", "[lease]") {
+  Db db;
+  WorkerIdentity me{RandomUuid(), "h", 1, {"default"}};
+  RegisterWorker(db.conn, me);
+  CHECK(Heartbeat(db.conn, me.id, 2'000'000));
+  db.conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '3 seconds'");
+  CHECK_FALSE(Heartbeat(db.conn, me.id, 2'000'000));
+  // The row keeps its old heartbeat, so the rescue comes on time.
+  CHECK(db.conn.exec("SELECT heartbeat_at < now() - interval '2 seconds' FROM akadze.workers")
+            .boolean(0, 0));
+  CHECK(Heartbeat(db.conn, me.id));  // without a span: renewed (registration, tests)
+}
+
 }  // namespace
 }  // namespace akadzed
 
