@@ -79,10 +79,12 @@ void Reload(const DaemonConfig& running, HandlerRegistry& handlers, LeaseKeeper&
     if (std::string problem = LeaseSpanProblem(running.worker, grace); !problem.empty()) {
       throw ConfigError(running.path + ": " + problem);
     }
-    handlers.Replace(BuildHandlers(fresh));
+    // The shorter lease first: a new handler's grace counts from its start.
     lease.SetLeaseSpan(std::min(lease.lease_span_us(), LeaseSpanUs(running.worker, grace)));
+    handlers.Replace(BuildHandlers(fresh));
     ConfigureLogging(fresh.logging);
     bool restart_needed = fresh.database.url != running.database.url ||
+                          fresh.database.stall_timeout_us != running.database.stall_timeout_us ||
                           fresh.queues.size() != running.queues.size();
     for (std::size_t i = 0; !restart_needed && i < fresh.queues.size(); ++i) {
       const QueueConfig& a = fresh.queues[i];
@@ -144,9 +146,9 @@ int Daemon::Run() {
   // Every daemon transaction is bounded (database.stall_timeout), and the
   // lease ends early enough for every handler to be dead before a rescue.
   const auto stall = std::chrono::milliseconds(config_.database.stall_timeout_us / 1000);
+  const std::int64_t lease_span_us = LeaseSpanUs(timings, MaxKillGraceUs(config_));
   Finisher finisher(conninfo_, stall, monitoring.worker_metrics(), hooks_.get());
-  LeaseKeeper lease(conninfo_, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config_)), stall, running,
-                    hooks_.get());
+  LeaseKeeper lease(conninfo_, identity, timings, lease_span_us, stall, running, hooks_.get());
   try {
     CheckSchema(conninfo_);
     monitoring.Bind();

@@ -46,7 +46,14 @@ void LeaseKeeper::Start() {
 }
 
 void LeaseKeeper::SetLeaseSpan(std::int64_t lease_span_us) {
-  lease_span_us_.store(lease_span_us, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mu_);
+    // A shorter span shortens the running lease too.
+    const std::int64_t shorter_by = lease_span_us_.load(std::memory_order_relaxed) - lease_span_us;
+    if (shorter_by > 0) lease_until_ -= std::chrono::microseconds(shorter_by);
+    lease_span_us_.store(lease_span_us, std::memory_order_relaxed);
+  }
+  cv_.notify_all();
 }
 
 void LeaseKeeper::Stop(bool deregister) {
@@ -151,6 +158,15 @@ void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector
   const std::optional<HeldJobs> after = ReadHeldJobs();
   if (!before || !after) return;
   const bool quiet = before->claims_in_flight == 0 && after->claims_started == before->claims_started;
+  // A claim in flight for heartbeat_ttl or more (its COMMIT's reply held on
+  // a cut network, say) may have committed jobs it is yet to hold: nothing
+  // is released until it ends (its jobs are then held, or it failed and the
+  // quiet path, or its in-doubt release, takes them).
+  const auto ttl = std::chrono::microseconds(timings_.heartbeat_ttl_us);
+  if (!quiet && before->oldest_claim_since && Clock::now() - *before->oldest_claim_since >= ttl) {
+    orphan_candidates_.clear();
+    return;
+  }
   const std::set<std::int64_t> held(after->ids.begin(), after->ids.end());
   std::set<std::pair<std::int64_t, std::int32_t>> seen;
   std::vector<FinishRequest> orphans;
@@ -204,11 +220,20 @@ void LeaseKeeper::Round() {
     session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
     spdlog::warn("registered worker={} host={} pid={} | new id after a lost lease", identity.id,
                  LogValue(identity.hostname), identity.pid);
-  } else if (!session_.Run([&](pg::Connection& c) { return Heartbeat(c, identity.id); })) {
-    // A rescue (or an operator) deleted the row: its jobs are someone
-    // else's now. The old id is never taken again, so a claim or finish
-    // under it that reaches the server late finds no lease.
-    int stopped = running_.RequestStopAll(StopReason::kLeaseLost);
+  } else if (!session_.Run([&](pg::Connection& c) { return Heartbeat(c, identity.id, lease_span_us()); })) {
+    // A rescue (or an operator) deleted the row, or this heartbeat reached
+    // the server after the lease ran out: its jobs are, or will be, someone
+    // else's. The old id is never taken again, so a claim or finish under
+    // it that reaches the server late finds no lease.
+    int stopped;
+    {
+      // Lost first, so that an executor about to start a job of the old
+      // id sees it (QueueRunner::Execute) and the timer does not stop twice.
+      std::lock_guard lock(mu_);
+      held_.store(false, std::memory_order_release);
+      reregister_ = true;
+      stopped = running_.RequestStopAll(StopReason::kLeaseLost);
+    }
     const std::string old_id = identity.id;
     identity.id = RandomUuid();
     sent = Clock::now();
@@ -219,6 +244,7 @@ void LeaseKeeper::Round() {
     // heartbeat was held on a cut network): one new id, not two.
     reregister = true;
   }
+  bool regained = false;
   {
     std::lock_guard lock(mu_);
     // The lease expired while this heartbeat was in flight: its jobs are
@@ -227,8 +253,14 @@ void LeaseKeeper::Round() {
     identity_.id = identity.id;
     reregister_ = false;
     lease_until_ = std::max(lease_until_, sent + std::chrono::microseconds(lease_span_us()));
+    // Under mu_, as the timer reads it: a wake-up cannot be lost between
+    // its look at held_ and its wait.
+    if (Clock::now() < lease_until_ && !held_.load(std::memory_order_acquire)) {
+      held_.store(true, std::memory_order_release);
+      regained = true;
+    }
   }
-  if (!held_.exchange(true)) {
+  if (regained) {
     cv_.notify_all();  // the timer waits for the lease to be held again
     spdlog::info("lease_regained worker={}", identity.id);
   }

@@ -52,6 +52,8 @@ struct HeldJobs {
   std::vector<std::int64_t> ids;  // claimed and not yet finished (or dropped)
   int claims_in_flight = 0;       // claims between their start and handing their jobs over
   std::uint64_t claims_started = 0;  // claims ever started, summed over the runners
+  // When the oldest claim in flight started (none in flight: nullopt).
+  std::optional<std::chrono::steady_clock::time_point> oldest_claim_since;
 };
 
 class LeaseKeeper {
@@ -68,8 +70,8 @@ class LeaseKeeper {
   // Stops the thread; with `deregister`, deletes the worker's row.
   void Stop(bool deregister);
 
-  // A reload changed the largest kill_grace: the next heartbeats' leases
-  // last `lease_span_us`.
+  // A reload changed the largest kill_grace: leases last `lease_span_us`
+  // from now on; a shorter span also shortens the running lease.
   void SetLeaseSpan(std::int64_t lease_span_us);
   std::int64_t lease_span_us() const { return lease_span_us_.load(std::memory_order_relaxed); }
 

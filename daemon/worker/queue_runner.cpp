@@ -94,7 +94,9 @@ int QueueRunner::busy_slots() const {
 
 HeldJobs QueueRunner::held_jobs() const {
   std::lock_guard lock(mu_);
-  return HeldJobs{{held_.begin(), held_.end()}, claim_in_flight_ ? 1 : 0, claims_started_};
+  HeldJobs held{{held_.begin(), held_.end()}, claim_in_flight_ ? 1 : 0, claims_started_, std::nullopt};
+  if (claim_in_flight_) held.oldest_claim_since = claim_since_;
+  return held;
 }
 
 Clock::time_point QueueRunner::last_round() const {
@@ -177,6 +179,7 @@ void QueueRunner::ClaimLoop() {
         {
           std::lock_guard lock(mu_);
           claim_in_flight_ = true;
+          claim_since_ = Clock::now();
           ++claims_started_;
         }
         struct InFlight {
@@ -325,6 +328,11 @@ void QueueRunner::Execute(Claimed claimed) {
       const ClaimedJob& job;
       ~Registration() { running.Remove(job.id, job.run_count); }
     } registration{running_, job};
+    // The lease may have ended between the check above and Add: a stop of
+    // every running job then missed this one.
+    if (!lease_.held() || claimed.worker_id != lease_.worker_id()) {
+      running_.RequestStop(job.id, job.run_count, StopReason::kLeaseLost);
+    }
     if (!handler) {
       outcome = RetryOutcome("UnknownTask", "no handler for task '" + job.task + "' in this daemon's config");
     } else {

@@ -118,6 +118,7 @@ class QueueRunner {
   bool executors_stop_ = false;          // guarded by mu_
   bool wake_ = false;                    // guarded by mu_
   bool claim_in_flight_ = false;         // guarded by mu_
+  std::chrono::steady_clock::time_point claim_since_;  // when the claim in flight began; guarded by mu_
   std::uint64_t claims_started_ = 0;     // guarded by mu_
   std::chrono::steady_clock::time_point last_round_;  // guarded by mu_
 };
