@@ -231,7 +231,8 @@ class Reader {
     const Item* worker = Find(top, "worker");
     if (worker) config.worker = Worker(*worker);
     if (!stall_item) {
-      config.database.stall_timeout_us = std::min(config.database.stall_timeout_us, config.worker.heartbeat_ttl_us / 2);
+      config.database.stall_timeout_us =
+          std::min(config.database.stall_timeout_us, config.worker.heartbeat_ttl_us / 2);
     }
     const Item queues = Required(root, top, "queues");
     for (const Item& queue : Sequence(queues)) config.queues.push_back(Queue(queue, config.queues));
@@ -246,7 +247,9 @@ class Reader {
       Fail(worker ? *worker : root, problem);
     }
     if (config.database.stall_timeout_us >= config.worker.heartbeat_ttl_us) {
-      Fail(stall_item ? Item{stall_item->node, "", stall_item->line} : worker ? *worker : root,
+      // Only a stall_timeout set in the file can reach heartbeat_ttl: the
+      // default is at most half of it.
+      Fail(Item{stall_item->node, "", stall_item->line},
            "database.stall_timeout (" + FormatDuration(config.database.stall_timeout_us) +
                ") must be shorter than worker.heartbeat_ttl (" +
                FormatDuration(config.worker.heartbeat_ttl_us) + ")");

@@ -90,6 +90,7 @@ class Connection {
   std::unique_ptr<PGconn, decltype(&PQfinish)> conn_{nullptr, &PQfinish};
   std::optional<bool> pooled_;  // unknown until pooled() first runs
   std::chrono::milliseconds stall_timeout_{0};  // see Open(); 0: unbounded
+  bool check_interval_refused_ = false;  // the server refused client_connection_check_interval
   bool prepare_ = true;         // false once pooled, or once a prepared statement failed
   std::unordered_set<std::uint64_t> prepared_;  // statement hashes prepared here
 };

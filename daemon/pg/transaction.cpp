@@ -18,8 +18,19 @@ Transaction::Transaction(Connection& conn, std::string_view begin_sql) : conn_(c
   std::string sql(begin_sql);
   sql += "; SET LOCAL idle_in_transaction_session_timeout = " + std::to_string(ms) +
          "; SET LOCAL lock_timeout = " + std::to_string(ms);
-  if (PQserverVersion(conn_.raw()) >= 140000) {
-    sql += "; SET LOCAL client_connection_check_interval = " + std::to_string(std::min(ms, 1000LL));
+  if (!conn_.check_interval_refused_ && PQserverVersion(conn_.raw()) >= 140000) {
+    const std::string with_check =
+        sql + "; SET LOCAL client_connection_check_interval = " + std::to_string(std::min(ms, 1000LL));
+    try {
+      conn_.exec(with_check);
+      return;
+    } catch (const SqlError& e) {
+      // 22023: a server that cannot watch its clients' sockets (not Linux)
+      // refuses any value but 0; the other bounds still apply.
+      if (e.sqlstate() != "22023") throw;
+      conn_.check_interval_refused_ = true;
+      conn_.exec("ROLLBACK");
+    }
   }
   conn_.exec(sql);
 }
