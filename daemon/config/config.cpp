@@ -705,11 +705,13 @@ std::int64_t MaxKillGraceUs(const DaemonConfig& config) {
 }
 
 std::int64_t LeaseSpanUs(const WorkerConfig& worker, std::int64_t max_kill_grace_us) {
-  return worker.heartbeat_ttl_us - max_kill_grace_us - kLeaseStopMarginUs;
+  // In 128 bits: any durations the file holds, without overflow.
+  const __int128 span = static_cast<__int128>(worker.heartbeat_ttl_us) - max_kill_grace_us - kLeaseStopMarginUs;
+  return static_cast<std::int64_t>(std::clamp<__int128>(span, INT64_MIN, INT64_MAX));
 }
 
 std::string LeaseSpanProblem(const WorkerConfig& worker, std::int64_t max_kill_grace_us) {
-  if (LeaseSpanUs(worker, max_kill_grace_us) >= 2 * worker.heartbeat_interval_us) return "";
+  if (LeaseSpanUs(worker, max_kill_grace_us) >= 2 * static_cast<__int128>(worker.heartbeat_interval_us)) return "";
   return "worker.heartbeat_ttl (" + FormatDuration(worker.heartbeat_ttl_us) +
          ") must be at least 2 x worker.heartbeat_interval (" + FormatDuration(worker.heartbeat_interval_us) +
          ") + the largest handlers.*.shell.kill_grace (" + FormatDuration(max_kill_grace_us) + ") + " +

@@ -350,7 +350,14 @@ TEST_CASE("50 MB of args reach shell and plugin handlers", "[daemon][args]") {
   HandlerTestFixture f;
   std::string count = f.dir.Write(
       "count.sh", "#!/bin/sh\nprintf '{\"result\": {\"bytes\": %d}}' $(wc -c) >&3\n", true);
-  auto daemon = f.Start(f.Config(ShellHandlerYaml("count", count) + kPlugins));
+  // The claim's client copies the 50 MB between its last statement and its
+  // COMMIT (libpq, then the job), a second or more under ThreadSanitizer: the
+  // fast timings' stall_timeout (750 ms) would end that transaction every
+  // time. Production's default is 5 s (docs/reliability.md, "Limits").
+  std::string worker = kFastWorkerConfig;
+  worker.replace(worker.find("heartbeat_ttl: 1500ms"), 21, "heartbeat_ttl: 60s");
+  auto daemon = f.Start(f.Config(ShellHandlerYaml("count", count) + kPlugins, "database: {stall_timeout: 30s}\n",
+                                 4, worker));
   std::vector<std::int64_t> ids;
   for (const char* task : {"count", "checksum"}) {
     ids.push_back(f.conn
