@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -705,13 +706,21 @@ std::int64_t MaxKillGraceUs(const DaemonConfig& config) {
 }
 
 std::int64_t LeaseSpanUs(const WorkerConfig& worker, std::int64_t max_kill_grace_us) {
-  // In 128 bits: any durations the file holds, without overflow.
-  const __int128 span = static_cast<__int128>(worker.heartbeat_ttl_us) - max_kill_grace_us - kLeaseStopMarginUs;
-  return static_cast<std::int64_t>(std::clamp<__int128>(span, INT64_MIN, INT64_MAX));
+  // Saturating: any durations the file holds, without overflow.
+  std::int64_t span = 0;
+  if (__builtin_sub_overflow(worker.heartbeat_ttl_us, max_kill_grace_us, &span) ||
+      __builtin_sub_overflow(span, kLeaseStopMarginUs, &span)) {
+    return std::numeric_limits<std::int64_t>::min();
+  }
+  return span;
 }
 
 std::string LeaseSpanProblem(const WorkerConfig& worker, std::int64_t max_kill_grace_us) {
-  if (LeaseSpanUs(worker, max_kill_grace_us) >= 2 * static_cast<__int128>(worker.heartbeat_interval_us)) return "";
+  std::int64_t two_intervals = 0;
+  if (__builtin_mul_overflow(worker.heartbeat_interval_us, 2, &two_intervals)) {
+    two_intervals = std::numeric_limits<std::int64_t>::max();
+  }
+  if (LeaseSpanUs(worker, max_kill_grace_us) >= two_intervals) return "";
   return "worker.heartbeat_ttl (" + FormatDuration(worker.heartbeat_ttl_us) +
          ") must be at least 2 x worker.heartbeat_interval (" + FormatDuration(worker.heartbeat_interval_us) +
          ") + the largest handlers.*.shell.kill_grace (" + FormatDuration(max_kill_grace_us) + ") + " +
