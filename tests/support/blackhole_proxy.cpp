@@ -162,25 +162,27 @@ std::string BlackholeProxy::conninfo() const {
 
 void BlackholeProxy::Cut(const std::string& substring) {
   if (substring.empty()) {
-    std::unique_lock lock(mu_);
-    cut_active_ = true;
-    cut_all_ = true;
-    filter_ = nullptr;
-    const std::uint64_t gen = ++generation_;
-    lock.unlock();
-    Wake();
-    lock.lock();
-    acked_cv_.wait(lock, [&] { return acked_ >= gen || stop_.load(); });
+    Apply([&] {
+      cut_active_ = true;
+      cut_all_ = true;
+      filter_ = nullptr;
+    });
     return;
   }
   Cut(Filter([substring](const std::string& name) { return name.find(substring) != std::string::npos; }));
 }
 
 void BlackholeProxy::Cut(Filter filter) {
+  Apply([&] {
+    cut_active_ = true;
+    cut_all_ = false;
+    filter_ = std::move(filter);
+  });
+}
+
+void BlackholeProxy::Apply(const std::function<void()>& change) {
   std::unique_lock lock(mu_);
-  cut_active_ = true;
-  cut_all_ = false;
-  filter_ = std::move(filter);
+  change();
   const std::uint64_t gen = ++generation_;
   lock.unlock();
   Wake();
@@ -278,16 +280,12 @@ bool BlackholeProxy::ScanServer(Conn& c) {
 }
 
 void BlackholeProxy::Heal() {
-  std::unique_lock lock(mu_);
-  armed_.reset();
-  cut_active_ = false;
-  cut_all_ = false;
-  filter_ = nullptr;
-  const std::uint64_t gen = ++generation_;
-  lock.unlock();
-  Wake();
-  lock.lock();
-  acked_cv_.wait(lock, [&] { return acked_ >= gen || stop_.load(); });
+  Apply([&] {
+    armed_.reset();
+    cut_active_ = false;
+    cut_all_ = false;
+    filter_ = nullptr;
+  });
 }
 
 std::vector<BlackholeProxy::ConnectionInfo> BlackholeProxy::Connections() const {

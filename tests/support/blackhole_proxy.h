@@ -136,6 +136,8 @@ class BlackholeProxy {
   struct Conn;
   void Loop();
   void Wake();
+  // Runs `change` under mu_, then waits until the proxy thread applied it.
+  void Apply(const std::function<void()>& change);
   void Accept();
   // Moves bytes and closes along one connection; false when it is done.
   bool Pump(Conn& c);
