@@ -45,12 +45,8 @@ bool Long() {
   return v != nullptr && *v != '\0' && std::string(v) != "0";
 }
 
-namespace {
-
-// The shell handler: reads {"ms": N} from stdin, sleeps N ms, then appends
-// "<job> <run_count> <start_us> <end_us>" to the record file in one write.
-std::string ShellHandler(const std::string& record) {
-  return "#!/bin/bash\n"
+std::string ShellHandlerScript(const std::string& record, bool ignore_term) {
+  return std::string("#!/bin/bash\n") + (ignore_term ? "trap '' TERM\n" : "") +
          "start=${EPOCHREALTIME//[!0-9]/}\n"
          "IFS= read -r args\n"
          "ms=0\n"
@@ -63,8 +59,6 @@ std::string ShellHandler(const std::string& record) {
          record + "\n";
 }
 
-}  // namespace
-
 FaultScenario::FaultScenario(ScenarioOptions options) : options_(std::move(options)) {
   db_ = options_.database.empty() ? FreshDatabase() : options_.database;
   conn_ = std::make_unique<pg::Connection>(pg::Connection::Open(db_));
@@ -72,7 +66,7 @@ FaultScenario::FaultScenario(ScenarioOptions options) : options_(std::move(optio
   conn_->exec("ALTER DATABASE \"" + name + "\" SET synchronous_commit = on");
   *conn_ = pg::Connection::Open(db_);  // sessions from now on commit durably
   InstallAuditLog(*conn_);
-  shell_script_ = dir_.Write("handler.sh", ShellHandler(record_path()), true);
+  shell_script_ = dir_.Write("handler.sh", ShellHandlerScript(record_path()), true);
   config_ = WriteConfig();
   sampler_ = std::make_unique<LimitSampler>(db_);
 }

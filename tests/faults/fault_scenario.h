@@ -36,6 +36,11 @@ bool Long();
 // The wall clock in microseconds since the epoch (the audit's time base).
 std::int64_t NowUs();
 
+// The scenarios' shell handler: reads {"ms": N} from stdin, sleeps N ms,
+// then appends "<job> <run_count> <start_us> <end_us>" to `record` in one
+// write. With `ignore_term` it ignores SIGTERM (only SIGKILL ends it).
+std::string ShellHandlerScript(const std::string& record, bool ignore_term = false);
+
 // True while a live process has `needle` in its command line (a zombie
 // nobody reaps has an empty one).
 bool ProcessRunning(const std::string& needle);

@@ -328,20 +328,7 @@ void ExtendConfig(FaultScenario& s, const std::string& top_level, const std::str
 // args.ms, then records its run), but it ignores SIGTERM, so only the SIGKILL
 // its daemon sends kill_grace later ends it.
 std::string StubbornScript(const FaultScenario& s) {
-  return s.dir().Write("stubborn.sh",
-                       "#!/bin/bash\n"
-                       "trap '' TERM\n"
-                       "start=${EPOCHREALTIME//[!0-9]/}\n"
-                       "IFS= read -r args\n"
-                       "ms=0\n"
-                       "[[ $args =~ \\\"ms\\\":\\ *([0-9]+) ]] && ms=${BASH_REMATCH[1]}\n"
-                       "if (( ms > 0 )); then\n"
-                       "  printf -v frac '%03d' $(( ms % 1000 ))\n"
-                       "  sleep \"$(( ms / 1000 )).$frac\"\n"
-                       "fi\n"
-                       "echo \"$AKADZE_JOB_ID $AKADZE_RUN_COUNT $start ${EPOCHREALTIME//[!0-9]/}\" >> " +
-                           s.record_path() + "\n",
-                       true);
+  return s.dir().Write("stubborn.sh", ShellHandlerScript(s.record_path(), /*ignore_term=*/true), true);
 }
 
 
@@ -402,6 +389,14 @@ std::vector<std::int64_t> ClaimTimes(FaultScenario& s, pid_t pid, const std::str
   std::vector<std::int64_t> out;
   for (int i = 0; i < r.rows(); ++i) out.push_back(r.int64(i, 0));
   return out;
+}
+
+// The first claim daemon `pid` logged after `since_us` (0: none yet).
+std::int64_t FirstClaimAfter(FaultScenario& s, pid_t pid, std::int64_t since_us) {
+  for (std::int64_t t : ClaimTimes(s, pid, "")) {
+    if (t > since_us) return t;
+  }
+  return 0;
 }
 
 // The longest stretch of [from, to] without a claim in `times`.
@@ -584,15 +579,7 @@ TEST_CASE("partition (a): a cut of the whole daemon during claims never stalls t
   const std::int64_t heal_us = NowUs();
   // A recovers: claims again.
   std::int64_t a_back_us = 0;
-  CHECK(WaitUntil([&] {
-    for (std::int64_t t : ClaimTimes(s, a_pid, "")) {
-      if (t > heal_us) {
-        a_back_us = t;
-        return true;
-      }
-    }
-    return false;
-  }, 30s));
+  CHECK(WaitUntil([&] { return (a_back_us = FirstClaimAfter(s, a_pid, heal_us)) != 0; }, 30s));
   REQUIRE(s.WaitAllFinished(120s));
   CHECK(s.StopDaemons() == 0);
   REQUIRE(s.WaitHandlersGone(30s));
@@ -679,13 +666,7 @@ TEST_CASE("partition (b): a daemon whose heartbeat connection is cut stops its h
   const std::int64_t heal_us = NowUs();
   REQUIRE(s.WaitAllFinished(90s));
   // Recovery: A's first claim after the heal, if any job was left for it.
-  std::int64_t a_back_us = 0;
-  for (std::int64_t t : ClaimTimes(s, a_pid, "")) {
-    if (t > heal_us) {
-      a_back_us = t;
-      break;
-    }
-  }
+  const std::int64_t a_back_us = FirstClaimAfter(s, a_pid, heal_us);
   CHECK(s.StopDaemons() == 0);
   REQUIRE(WaitUntil([&] { return !ProcessRunning(stubborn); }, 30s));
   watch.Stop();
@@ -809,15 +790,7 @@ TEST_CASE("partition (c): a claim cut mid-flight takes no job under a lost lease
   proxy.Heal();
   const std::int64_t heal_us = NowUs();
   std::int64_t a_back_us = 0;
-  CHECK(WaitUntil([&] {
-    for (std::int64_t t : ClaimTimes(s, a_pid, "")) {
-      if (t > heal_us) {
-        a_back_us = t;
-        return true;
-      }
-    }
-    return false;
-  }, 30s));
+  CHECK(WaitUntil([&] { return (a_back_us = FirstClaimAfter(s, a_pid, heal_us)) != 0; }, 30s));
   REQUIRE(s.WaitAllFinished(120s));
   CHECK(s.StopDaemons() == 0);
   REQUIRE(s.WaitHandlersGone(30s));
