@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "claim/claim_planner.h"
+#include "core/claimed_job.h"
 #include "pg/connection.h"
 #include "pg/transaction.h"
 
@@ -69,19 +70,6 @@ struct ClaimRequest {
   // A worker whose lease ran out, or whose row a rescue deleted, claims
   // nothing (ClaimResult::fenced).
   std::optional<std::int64_t> lease_span_us;
-};
-
-struct ClaimedJob {
-  std::int64_t id = 0;
-  std::string task;
-  std::string queue;
-  std::optional<std::string> limit_key;
-  std::int32_t priority = 0;
-  std::int32_t attempt = 0;
-  std::int32_t max_attempts = 0;
-  std::int32_t run_count = 0;  // after the claim (the fencing token)
-  std::int64_t effective_priority = 0;  // the claim's ordering priority (aged, or priority)
-  std::string args_json;       // never logged
 };
 
 struct ClaimResult {

@@ -25,7 +25,7 @@
 #include "schema/migrations.h"
 #include "worker/daemon.h"
 #include "worker/handler_registry.h"
-#include "worker/logging.h"
+#include "runtime/logging.h"
 
 namespace akadzed::cli {
 

@@ -24,7 +24,6 @@
 
 #include "core/duration.h"
 #include "core/redact.h"
-#include "handlers/file_trust.h"
 
 namespace akadzed {
 
@@ -482,11 +481,8 @@ class Reader {
     if (s.command[0].find('/') != std::string::npos) {
       s.command[0] = Resolve(s.command[0]);
       CheckPath(args[0], s.command[0], "execute", X_OK);
-      // Whoever can change the command runs code as the daemon's user.
-      if (std::string problem = FileTrustProblem(s.command[0]); !problem.empty()) {
-        Fail(args[0], "refusing to execute " + s.command[0] + ": " + problem +
-                          " (see docs/security.md)");
-      }
+      // Whether it may be trusted is judged where handlers are verified and
+      // built (worker/handler_registry.cpp), with plugins.
     }
     if (const Item* env = Find(fields, "env")) {
       for (const auto& [name, value] : Mapping(*env)) {
@@ -687,13 +683,6 @@ class Reader {
 };
 
 }  // namespace
-
-bool HookConfig::Matches(std::string_view from_state, std::string_view to_state) const {
-  const auto in = [](const std::vector<std::string>& states, std::string_view state) {
-    return states.empty() || std::find(states.begin(), states.end(), state) != states.end();
-  };
-  return in(from, from_state) && in(to, to_state);
-}
 
 std::int64_t MaxKillGraceUs(const DaemonConfig& config) {
   std::int64_t grace = 0;

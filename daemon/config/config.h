@@ -18,21 +18,15 @@
 #include <vector>
 
 #include "claim/claim_planner.h"
+#include "core/config_error.h"
 #include "core/job_states.h"
-#include "periodic/schedule.h"
+#include "handlers/handler_config.h"
+#include "hooks/hook_config.h"
+#include "metrics/metrics_config.h"
+#include "periodic/periodic_config.h"
+#include "runtime/logging_config.h"
 
 namespace akadzed {
-
-// Exit code for a configuration error (sysexits.h EX_CONFIG).
-inline constexpr int kExitConfig = 78;
-
-// A rejected configuration. what() is one line: "<file>:<line>: <message>"
-// (line is 1-based; "<file>: <message>" when no line applies, e.g. the file
-// cannot be read).
-class ConfigError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct DatabaseConfig {
   // libpq URL or keyword string; "" means $AKADZE_DATABASE_URL, then libpq's
@@ -62,32 +56,6 @@ struct QueueConfig {
   int line = 0;                                  // where it was defined
 };
 
-struct ShellHandlerConfig {
-  // argv; command[0] is looked up in PATH when it has no '/', a relative
-  // path with '/' is resolved against the config file's directory.
-  std::vector<std::string> command;
-  std::map<std::string, std::string> env;        // added to the child's env
-  std::string working_directory;                 // "" = the daemon's cwd
-  std::int64_t timeout_us = 0;                   // 0 = no timeout
-  std::int64_t kill_grace_us = 10'000'000;       // TERM -> KILL
-  std::size_t max_line_bytes = 4096;             // a log line is cut there
-  std::size_t max_output_bytes = 1 << 20;        // stdout+stderr logged per run
-};
-
-struct PluginHandlerConfig {
-  // Path of the .so: absolute, relative to the config file's directory when
-  // it contains '/', else a file name searched in the plugin directories.
-  std::string path;
-  std::string config_json = "{}";                // `config:` mapping as JSON
-  std::int64_t timeout_us = 0;                   // 0 = no timeout
-};
-
-struct HandlerConfig {
-  std::string task;
-  std::variant<ShellHandlerConfig, PluginHandlerConfig> kind;
-  int line = 0;
-};
-
 // Deleting finished jobs (and old periodic runs and start marks). Every
 // daemon prunes; rows another daemon is deleting are skipped.
 struct PruningConfig {
@@ -95,64 +63,6 @@ struct PruningConfig {
   std::int64_t retention_us = 7LL * 24 * 3600 * 1'000'000;  // finished longer ago: deleted
   std::int64_t interval_us = 60'000'000;                    // between pruning rounds
   int batch_size = 1000;                                    // rows per DELETE, 1..100000
-};
-
-// How log lines are written: logfmt (`ts=... level=info event=job_started
-// id=42 ...`), one JSON object per line, or logfmt with the sd-daemon
-// priority prefix and no timestamp for the journal. auto is journald when
-// stderr is the journal, else logfmt.
-enum class LogFormat { kAuto, kLogfmt, kJson, kJournald };
-
-struct LoggingConfig {
-  std::string level = "info";                    // trace..critical, off
-  LogFormat format = LogFormat::kAuto;
-  // Absolute path of a file to append to instead of stderr; "" = stderr.
-  // Reopened on SIGHUP (for logrotate).
-  std::string file;
-};
-
-// The HTTP listener for /metrics, /healthz and /readyz.
-struct MetricsConfig {
-  bool enabled = true;
-  std::string host = "127.0.0.1";                // an IP address; "::" or "0.0.0.0" for all
-  int port = 9464;                               // 0 = any free port (logged)
-};
-
-// One periodic entry: a job of `task` enqueued at every fire instant of
-// `schedule`, by whichever daemon records the fire first in
-// akadze.periodic_runs.
-struct PeriodicConfig {
-  std::string name;                              // key in periodic_runs
-  Schedule schedule = Schedule{EverySchedule(60'000'000)};
-  std::string task;                              // defaults to the name
-  std::string queue = "default";
-  std::string args_json = "{}";                  // `args:` mapping as JSON
-  int priority = 0;                              // -32768..32767
-  int max_attempts = 3;                          // >= 1
-  // false: no new job while the previous one of this entry is queued or
-  // running (unique_key 'periodic:<name>').
-  bool overlap = true;
-  // A fire older than this is skipped, never backfilled (a daemon that was
-  // down for a day does not enqueue a day of jobs).
-  std::int64_t grace_us = 60'000'000;
-  int line = 0;
-};
-
-// A transition hook: runs in the transaction that moves a job from one of
-// `from` to one of `to` (empty = any); if it fails, the transition is rolled
-// back. Exactly one of `sql` (a statement with the job's fields as $1..$N,
-// docs/configuration.md lists them) or `plugin` (a .so exporting
-// akadzed_hook_v1, docs/plugins.md).
-struct HookConfig {
-  std::string name;
-  std::vector<std::string> from;
-  std::vector<std::string> to;
-  std::string sql;
-  std::optional<PluginHandlerConfig> plugin;     // path and config; timeout unused
-  int line = 0;
-
-  // True if this hook fires for from -> to.
-  bool Matches(std::string_view from_state, std::string_view to_state) const;
 };
 
 struct DaemonConfig {

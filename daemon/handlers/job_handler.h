@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "claim/claim_transaction.h"
+#include "core/claimed_job.h"
 #include "handlers/job_outcome.h"
 
 namespace akadzed {

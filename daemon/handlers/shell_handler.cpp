@@ -31,7 +31,7 @@
 #include "core/duration.h"
 #include "core/redact.h"
 #include "handlers/outcome_report.h"
-#include "worker/log_line.h"
+#include "runtime/log_line.h"
 
 extern char** environ;
 

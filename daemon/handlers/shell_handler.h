@@ -15,7 +15,7 @@
 
 #include <string>
 
-#include "config/config.h"
+#include "handlers/handler_config.h"
 #include "handlers/job_handler.h"
 
 namespace akadzed {

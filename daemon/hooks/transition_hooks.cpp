@@ -9,10 +9,10 @@
 #include <spdlog/spdlog.h>
 
 #include "core/redact.h"
-#include "handlers/plugin_handler.h"
+#include "hooks/plugin_hook.h"
 #include "pg/params.h"
 #include "pg/pg_error.h"
-#include "worker/log_line.h"
+#include "runtime/log_line.h"
 
 namespace akadzed {
 

@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config/config.h"
+#include "hooks/hook_config.h"
 #include "pg/connection.h"
 
 namespace akadzed {

@@ -27,7 +27,7 @@
 
 #include "admin/job_admin.h"
 #include "metrics/exposition_writer.h"
-#include "worker/db_session.h"
+#include "runtime/db_session.h"
 
 namespace akadzed {
 

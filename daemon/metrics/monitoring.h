@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
+#include "metrics/metrics_config.h"
 #include "metrics/database_error_counter.h"
 #include "metrics/db_gauges.h"
 #include "metrics/metrics_registry.h"

@@ -10,7 +10,7 @@
 #include "core/redact.h"
 #include "pg/params.h"
 #include "pg/transaction.h"
-#include "worker/log_line.h"
+#include "runtime/log_line.h"
 
 namespace akadzed {
 

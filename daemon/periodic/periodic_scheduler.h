@@ -26,10 +26,10 @@
 #include <thread>
 #include <vector>
 
-#include "config/config.h"
+#include "periodic/periodic_config.h"
 #include "pg/connection.h"
-#include "worker/db_session.h"
-#include "worker/outage_log.h"
+#include "runtime/db_session.h"
+#include "runtime/outage_log.h"
 
 namespace akadzed {
 
@@ -79,7 +79,7 @@ class PeriodicScheduler {
   std::vector<std::int64_t> handled_;          // per entry: latest fire_at decided (taken/enqueued)
   std::vector<std::int64_t> reported_overlap_; // per entry: fire_at last logged as overlapped
   std::int64_t clock_offset_us_ = 0;           // database clock minus system clock
-  OutageLog outage_;  // failed ticks, logged once per streak (worker/outage_log.h)
+  OutageLog outage_;  // failed ticks, logged once per streak (runtime/outage_log.h)
 
   std::thread thread_;
   std::mutex mu_;

@@ -19,9 +19,9 @@
 #include "schema/migrations.h"
 #include "worker/finisher.h"
 #include "worker/lease_keeper.h"
-#include "worker/log_line.h"
-#include "worker/loop_health.h"
-#include "worker/logging.h"
+#include "runtime/log_line.h"
+#include "runtime/loop_health.h"
+#include "runtime/logging.h"
 #include "worker/notify_listener.h"
 #include "periodic/periodic_scheduler.h"
 #include "worker/pruner.h"
@@ -205,7 +205,7 @@ int Daemon::Run() {
     pruner = std::make_unique<Pruner>(conninfo_, stall, config_.pruning);
     pruner->Start();
   }
-  // The loops the systemd watchdog and /healthz watch (worker/loop_health.h).
+  // The loops the systemd watchdog and /healthz watch (runtime/loop_health.h).
   auto loops = [&] {
     std::vector<LoopRound> rounds{{"lease keeper", lease.last_round(),
                                    std::chrono::microseconds(timings.heartbeat_interval_us)}};

@@ -23,7 +23,7 @@
 #include "config/config.h"
 #include "hooks/transition_hooks.h"
 #include "worker/handler_registry.h"
-#include "worker/systemd_notifier.h"
+#include "runtime/systemd_notifier.h"
 
 namespace akadzed {
 

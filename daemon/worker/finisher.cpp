@@ -6,8 +6,8 @@
 
 #include "core/redact.h"
 #include "pg/pg_error.h"
-#include "worker/log_line.h"
-#include "worker/retry_backoff.h"
+#include "runtime/log_line.h"
+#include "runtime/retry_backoff.h"
 
 namespace akadzed {
 
@@ -211,7 +211,7 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
         }
         break;
       } catch (const pg::ConnectionError& e) {
-        // The database is away: logged once per outage (worker/outage_log.h).
+        // The database is away: logged once per outage (runtime/outage_log.h).
         spdlog::log(outage_.Failure(), "finish_failed count={} | {}", requests.size(), OneLine(e.what()));
         return false;
       } catch (const pg::TransientError& e) {

@@ -21,10 +21,10 @@
 
 #include "claim/claim_transaction.h"
 #include "hooks/transition_hooks.h"
-#include "worker/db_session.h"
+#include "runtime/db_session.h"
 #include "metrics/worker_metrics.h"
 #include "worker/job_finish.h"
-#include "worker/outage_log.h"
+#include "runtime/outage_log.h"
 
 namespace akadzed {
 

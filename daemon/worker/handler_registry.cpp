@@ -4,6 +4,7 @@
 
 #include "handlers/plugin_handler.h"
 #include "handlers/shell_handler.h"
+#include "plugin/file_trust.h"
 
 namespace akadzed {
 
@@ -12,10 +13,20 @@ namespace {
 template <typename Action>
 void ForEachHandler(const DaemonConfig& config, Action&& action) {
   for (const auto& [task, handler] : config.handlers) {
+    auto refuse = [&](const std::string& why) {
+      return ConfigError(fmt::format("{}:{}: handlers.{}: {}", config.path, handler.line, task, why));
+    };
+    // Whoever can change a command given as a path runs code as the
+    // daemon's user: judged by the same rule as plugin files (OpenPlugin).
+    const auto* shell = std::get_if<ShellHandlerConfig>(&handler.kind);
+    if (shell != nullptr && shell->command[0].find('/') != std::string::npos) {
+      std::string refusal = TrustRefusal(shell->command[0], TrustedUse::kShellCommand);
+      if (!refusal.empty()) throw refuse(refusal);
+    }
     try {
       action(task, handler);
     } catch (const PluginError& e) {
-      throw ConfigError(fmt::format("{}:{}: handlers.{}: {}", config.path, handler.line, task, e.what()));
+      throw refuse(e.what());
     }
   }
 }

@@ -9,8 +9,8 @@
 #include "core/redact.h"
 #include "pg/pg_error.h"
 #include "worker/job_finish.h"
-#include "worker/log_line.h"
-#include "worker/outage_log.h"
+#include "runtime/log_line.h"
+#include "runtime/outage_log.h"
 
 namespace akadzed {
 

@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "worker/db_session.h"
+#include "runtime/db_session.h"
 #include "worker/running_jobs.h"
 #include "worker/worker_lease.h"
 

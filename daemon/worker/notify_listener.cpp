@@ -15,8 +15,8 @@
 #include "core/redact.h"
 #include "pg/connection.h"
 #include "pg/pg_error.h"
-#include "worker/outage_log.h"
-#include "worker/retry_backoff.h"
+#include "runtime/outage_log.h"
+#include "runtime/retry_backoff.h"
 
 namespace akadzed {
 
@@ -57,7 +57,7 @@ void NotifyListener::WarnIfPooled(pg::Connection& conn) {
 
 void NotifyListener::Loop() {
   // Reconnects wait 0.5 s doubling up to 30 s, jittered; the database being
-  // away is logged once per outage (worker/outage_log.h).
+  // away is logged once per outage (runtime/outage_log.h).
   RetryBackoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
   OutageLog outage;
   for (;;) {

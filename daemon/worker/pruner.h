@@ -16,7 +16,7 @@
 
 #include "config/config.h"
 #include "pg/connection.h"
-#include "worker/db_session.h"
+#include "runtime/db_session.h"
 
 namespace akadzed {
 

@@ -9,9 +9,9 @@
 #include "pg/params.h"
 #include "pg/pg_error.h"
 #include "worker/job_finish.h"
-#include "worker/log_line.h"
-#include "worker/outage_log.h"
-#include "worker/retry_backoff.h"
+#include "runtime/log_line.h"
+#include "runtime/outage_log.h"
+#include "runtime/retry_backoff.h"
 
 namespace akadzed {
 

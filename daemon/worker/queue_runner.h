@@ -36,7 +36,7 @@
 #include "claim/claim_transaction.h"
 #include "config/config.h"
 #include "metrics/worker_metrics.h"
-#include "worker/db_session.h"
+#include "runtime/db_session.h"
 #include "worker/finisher.h"
 #include "worker/handler_registry.h"
 #include "worker/lease_keeper.h"

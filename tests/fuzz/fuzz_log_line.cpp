@@ -1,4 +1,4 @@
-// Fuzz target: worker/log_line.h, the daemon's log line grammar. Properties:
+// Fuzz target: runtime/log_line.h, the daemon's log line grammar. Properties:
 //  - LogValue(v) is one token: no line break or other control byte, and
 //    either a bare run without blank, '"', '=' and '\', or quoted;
 //  - ParseLogEvent decodes LogValue(v) back to v in any field position, and
@@ -18,7 +18,7 @@
 #include <spdlog/details/log_msg.h>
 
 #include "fuzz_check.h"
-#include "worker/log_line.h"
+#include "runtime/log_line.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// FileTrustProblem (handlers/file_trust.h): which files and directories the
+// FileTrustProblem (plugin/file_trust.h): which files and directories the
 // daemon refuses to load or execute, and how it says why.
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "handlers/file_trust.h"
+#include "plugin/file_trust.h"
 
 namespace akadzed {
 namespace {

@@ -1,4 +1,4 @@
-// The daemon's log lines (worker/log_line.h, worker/logging.h): LogValue's
+// The daemon's log lines (runtime/log_line.h, runtime/logging.h): LogValue's
 // quoting and escaping, the split of a message into event, fields and msg,
 // every message shape the daemon's sources emit, logfmt / JSON / journald
 // rendered by a real spdlog logger, and the log file: append, reopen after a
@@ -27,8 +27,8 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "worker/log_line.h"
-#include "worker/logging.h"
+#include "runtime/log_line.h"
+#include "runtime/logging.h"
 
 namespace akadzed {
 namespace {

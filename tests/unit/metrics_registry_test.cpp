@@ -12,7 +12,7 @@
 #include "metrics/worker_metrics.h"
 #include "pg/pg_error.h"
 #include "support/prometheus_text.h"
-#include "worker/loop_health.h"
+#include "runtime/loop_health.h"
 
 namespace akadzed {
 namespace {

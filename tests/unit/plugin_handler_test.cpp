@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "handlers/plugin_handler.h"
+#include "hooks/plugin_hook.h"
 
 namespace akadzed {
 namespace {

@@ -1,5 +1,5 @@
 // The daemon's log destination: spdlog's default logger writing one event
-// per line (worker/log_line.h: logfmt, JSON or journald) to stderr or,
+// per line (runtime/log_line.h: logfmt, JSON or journald) to stderr or,
 // with `logging.file`, appended to a file that SIGHUP reopens (logrotate
 // moves it, then sends SIGHUP). Each line is one write(2); the file is
 // opened O_APPEND|O_CLOEXEC, mode 0640, so handler processes never inherit
@@ -11,7 +11,7 @@
 // sink's lock, so no line is split or written to a closed descriptor).
 #pragma once
 
-#include "config/config.h"
+#include "runtime/logging_config.h"
 
 namespace akadzed {
 

@@ -1,4 +1,4 @@
-#include "worker/logging.h"
+#include "runtime/logging.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,7 +14,8 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "worker/log_line.h"
+#include "core/config_error.h"
+#include "runtime/log_line.h"
 
 namespace akadzed {
 

@@ -1,4 +1,4 @@
-#include "worker/log_line.h"
+#include "runtime/log_line.h"
 
 #include <ctime>
 

@@ -1,4 +1,4 @@
-#include "worker/systemd_notifier.h"
+#include "runtime/systemd_notifier.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -1,4 +1,4 @@
-#include "worker/loop_health.h"
+#include "runtime/loop_health.h"
 
 #include <fmt/format.h>
 

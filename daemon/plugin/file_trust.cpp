@@ -1,4 +1,4 @@
-#include "handlers/file_trust.h"
+#include "plugin/file_trust.h"
 
 #include <pwd.h>
 #include <sys/stat.h>
@@ -80,6 +80,14 @@ std::string FileTrustProblem(const std::string& path) {
     }
   }
   return "";
+}
+
+std::string TrustRefusal(const std::string& path, TrustedUse use) {
+  const std::string problem = FileTrustProblem(path);
+  if (problem.empty()) return "";
+  return use == TrustedUse::kPlugin
+             ? fmt::format("plugin {}: refused: {} (see docs/security.md)", path, problem)
+             : fmt::format("refusing to execute {}: {} (see docs/security.md)", path, problem);
 }
 
 }  // namespace akadzed

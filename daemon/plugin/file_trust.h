@@ -23,4 +23,14 @@ namespace akadzed {
 // returns the system error (e.g. "No such file or directory").
 std::string FileTrustProblem(const std::string& path);
 
+// What the daemon would run from a file: a plugin it loads, or a shell
+// handler's command given as a path.
+enum class TrustedUse { kPlugin, kShellCommand };
+
+// The one place both uses are judged: "" when `path` may be trusted, else
+// the whole one-line refusal, "plugin <path>: refused: <problem> (see
+// docs/security.md)" or "refusing to execute <path>: <problem> (see
+// docs/security.md)".
+std::string TrustRefusal(const std::string& path, TrustedUse use);
+
 }  // namespace akadzed

@@ -25,7 +25,7 @@
 
 #include <spdlog/formatter.h>
 
-#include "config/config.h"
+#include "runtime/logging_config.h"
 
 namespace akadzed {
 

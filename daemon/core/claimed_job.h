@@ -1,0 +1,24 @@
+// One job as a claim hands it to the worker: the row's fields a handler,
+// a hook and the finisher need. A value; args are never logged.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace akadzed {
+
+struct ClaimedJob {
+  std::int64_t id = 0;
+  std::string task;
+  std::string queue;
+  std::optional<std::string> limit_key;
+  std::int32_t priority = 0;
+  std::int32_t attempt = 0;
+  std::int32_t max_attempts = 0;
+  std::int32_t run_count = 0;  // after the claim (the fencing token)
+  std::int64_t effective_priority = 0;  // the claim's ordering priority (aged, or priority)
+  std::string args_json;       // never logged
+};
+
+}  // namespace akadzed
