@@ -14,8 +14,6 @@ namespace akadzed {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Limit keys with running jobs whose applicable akadze.limits row (own, else
 // '*') exists, busiest first, with the row's running cap and the number of
 // such keys overall. Reads running jobs through jobs_running_limit_key_idx.
@@ -39,37 +37,22 @@ DbGauges::DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaug
 
 DbGauges::~DbGauges() { Stop(); }
 
-void DbGauges::Start() {
-  {
-    std::lock_guard lock(mu_);
-    started_ = true;
-  }
-  thread_ = std::thread([this] { Loop(); });
-}
+void DbGauges::Start() { loop_.Start([this] { Loop(); }); }
 
-void DbGauges::Stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void DbGauges::Stop() { loop_.Stop(); }
 
 std::shared_ptr<const DbGauges::Snapshot> DbGauges::Fresh() {
-  std::unique_lock lock(mu_);
-  if (latest_ && Clock::now() - latest_->started <= options_.max_age) return latest_;
-  if (stopping_ || !started_) return nullptr;
+  std::unique_lock lock(loop_.mu());
+  if (latest_ && loop_.clock().Now() - latest_->started <= options_.max_age) return latest_;
+  if (loop_.stop_requested_locked() || !loop_.started_locked()) return nullptr;
   // A read in flight counts: it started less than `wait` ago or will be
   // waited for no longer than that.
   if (requested_ == completed_) {
     ++requested_;
-    cv_.notify_all();
+    loop_.Notify();
   }
   const std::uint64_t target = requested_;
-  if (!cv_.wait_for(lock, options_.wait, [&] { return completed_ >= target || stopping_; })) {
-    return nullptr;
-  }
+  loop_.WaitFor(lock, options_.wait, [&] { return completed_ >= target; });
   return completed_ >= target ? latest_ : nullptr;
 }
 
@@ -78,9 +61,9 @@ void DbGauges::Loop() {
   for (;;) {
     std::uint64_t goal;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || requested_ > completed_; });
-      if (stopping_) return;
+      std::unique_lock lock(loop_.mu());
+      loop_.Wait(lock, [&] { return requested_ > completed_; });
+      if (loop_.stop_requested_locked()) return;
       goal = requested_;
     }
     auto snapshot = std::make_shared<Snapshot>(Read());
@@ -93,17 +76,18 @@ void DbGauges::Loop() {
     }
     failing = !problem.empty();
     {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(loop_.mu());
       latest_ = std::move(snapshot);
       completed_ = goal;
     }
-    cv_.notify_all();
+    loop_.Notify();
+    loop_.MarkRound();
   }
 }
 
 DbGauges::Snapshot DbGauges::Read() {
   Snapshot s;
-  s.started = Clock::now();
+  s.started = loop_.clock().Now();
   try {
     session_.Run([&](pg::Connection& conn) {
       pg::Transaction tx(conn, "BEGIN READ ONLY");

@@ -16,18 +16,16 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "admin/job_admin.h"
 #include "metrics/exposition_writer.h"
 #include "runtime/db_session.h"
+#include "runtime/service_loop.h"
 
 namespace akadzed {
 
@@ -83,14 +81,11 @@ class DbGauges {
   DbSession session_;  // used by the reader thread only
   const std::vector<std::string> queues_;
   const DbGaugeOptions options_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::shared_ptr<const Snapshot> latest_;  // guarded by mu_
-  std::uint64_t requested_ = 0;             // reads asked for; guarded by mu_
-  std::uint64_t completed_ = 0;             // reads done; guarded by mu_
-  bool started_ = false;                    // guarded by mu_
-  bool stopping_ = false;                   // guarded by mu_
+  // The reader thread, its stop, and the mutex (loop_.mu()) guarding:
+  ServiceLoop loop_;
+  std::shared_ptr<const Snapshot> latest_;  // guarded by loop_.mu()
+  std::uint64_t requested_ = 0;             // reads asked for; guarded by loop_.mu()
+  std::uint64_t completed_ = 0;             // reads done; guarded by loop_.mu()
 };
 
 }  // namespace akadzed

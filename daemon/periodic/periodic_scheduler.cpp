@@ -112,11 +112,13 @@ FireResult FirePeriodic(pg::Connection& conn, const PeriodicConfig& entry) {
 }
 
 PeriodicScheduler::PeriodicScheduler(std::string conninfo, std::chrono::milliseconds stall_timeout,
-                                     std::vector<PeriodicConfig> entries)
+                                     std::vector<PeriodicConfig> entries, const ServiceClock& clock)
     : session_(std::move(conninfo), "akadzed periodic", stall_timeout),
       entries_(std::move(entries)),
       handled_(entries_.size(), std::numeric_limits<std::int64_t>::min()),
-      reported_overlap_(entries_.size(), std::numeric_limits<std::int64_t>::min()) {}
+      reported_overlap_(entries_.size(), std::numeric_limits<std::int64_t>::min()),
+      guard_(clock, RetryBackoff(std::chrono::seconds(1), std::chrono::seconds(1))),
+      loop_(clock) {}
 
 PeriodicScheduler::~PeriodicScheduler() { Stop(); }
 
@@ -126,29 +128,23 @@ void PeriodicScheduler::Start() {
     spdlog::info("periodic name={} task={} queue={} overlap={} | {}", LogValue(e.name), LogValue(e.task), LogValue(e.queue),
                  e.overlap, e.schedule.Describe());
   }
-  thread_ = std::thread([this] { Loop(); });
+  loop_.Start([this] { Loop(); });
 }
 
-void PeriodicScheduler::Stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void PeriodicScheduler::Stop() { loop_.Stop(); }
 
 void PeriodicScheduler::Loop() {
   for (;;) {
     const auto wake = Tick();
-    std::unique_lock lock(mu_);
-    if (cv_.wait_until(lock, wake, [&] { return stopping_; })) return;
+    loop_.MarkRound();
+    std::unique_lock lock(loop_.mu());
+    if (loop_.WaitUntil(lock, wake, [] { return false; })) return;
   }
 }
 
 std::chrono::steady_clock::time_point PeriodicScheduler::Tick() {
   using std::chrono::microseconds;
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = loop_.clock().Now();
   // Wake at least once a second: overlapped fires are retried and the clock
   // estimate corrected; and never sooner than 10 ms, should the estimate run
   // ahead of the database's clock.
@@ -188,13 +184,13 @@ std::chrono::steady_clock::time_point PeriodicScheduler::Tick() {
         sleep_us = std::min(sleep_us, *next - now);
       }
     }
-    if (auto ended = outage_.Success()) {
+    if (auto ended = guard_.Succeeded()) {
       spdlog::info("periodic_recovered failures={} outage_ms={}", ended->failures, ended->ms);
     }
   } catch (const std::exception& e) {
-    // Whatever the error, it is retried every second: logged once per streak.
-    spdlog::log(outage_.Failure(), "periodic_failed | {}; retrying every second",
-                OneLine(RedactSecrets(e.what())));
+    const RoundFailure f = guard_.Failed(e);
+    spdlog::log(f.level, "periodic_failed | {}; retrying every second", RedactSecrets(f.message));
+    return started + std::chrono::duration_cast<microseconds>(f.retry_in);
   }
   return started + microseconds(std::clamp<std::int64_t>(sleep_us, 10'000, 1'000'000));
 }

@@ -17,19 +17,16 @@
 // PeriodicScheduler's Start/Stop are for its owner only.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "periodic/periodic_config.h"
 #include "pg/connection.h"
 #include "runtime/db_session.h"
-#include "runtime/outage_log.h"
+#include "runtime/service_loop.h"
 
 namespace akadzed {
 
@@ -60,7 +57,8 @@ class PeriodicScheduler {
  public:
   // `stall_timeout` bounds its transactions (pg::Connection::Open).
   PeriodicScheduler(std::string conninfo, std::chrono::milliseconds stall_timeout,
-                    std::vector<PeriodicConfig> entries);
+                    std::vector<PeriodicConfig> entries,
+                    const ServiceClock& clock = SteadyServiceClock());
   ~PeriodicScheduler();
 
   // Starts the thread; a scheduler without entries starts none.
@@ -79,12 +77,10 @@ class PeriodicScheduler {
   std::vector<std::int64_t> handled_;          // per entry: latest fire_at decided (taken/enqueued)
   std::vector<std::int64_t> reported_overlap_; // per entry: fire_at last logged as overlapped
   std::int64_t clock_offset_us_ = 0;           // database clock minus system clock
-  OutageLog outage_;  // failed ticks, logged once per streak (runtime/outage_log.h)
-
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // guarded by mu_
+  // A failed tick is retried about every second (jittered); the database
+  // being away is logged once per outage, other errors each time.
+  RoundGuard guard_;
+  ServiceLoop loop_;
 };
 
 }  // namespace akadzed

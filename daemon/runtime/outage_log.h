@@ -12,6 +12,8 @@
 // that ends an outage is logged as `<loop>_recovered ... failures=N
 // outage_ms=T` from what Success() returns.
 //
+// The time comes from a ServiceClock (runtime/service_clock.h).
+//
 // Thread-safety: owned and used by one thread.
 #pragma once
 
@@ -21,10 +23,14 @@
 
 #include <spdlog/common.h>
 
+#include "runtime/service_clock.h"
+
 namespace akadzed {
 
 class OutageLog {
  public:
+  explicit OutageLog(const ServiceClock& clock = SteadyServiceClock()) : clock_(&clock) {}
+
   struct Ended {
     std::int64_t failures = 0;
     std::int64_t ms = 0;  // from the first failure to this success
@@ -34,7 +40,7 @@ class OutageLog {
   // the first of an outage, debug for the others.
   spdlog::level::level_enum Failure() {
     if (failures_++ > 0) return spdlog::level::debug;
-    since_ = std::chrono::steady_clock::now();
+    since_ = clock_->Now();
     return spdlog::level::warn;
   }
 
@@ -42,7 +48,7 @@ class OutageLog {
   std::optional<Ended> Success() {
     if (failures_ == 0) return std::nullopt;
     Ended ended{failures_, std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::steady_clock::now() - since_)
+                               clock_->Now() - since_)
                                .count()};
     failures_ = 0;
     return ended;
@@ -51,6 +57,7 @@ class OutageLog {
   std::int64_t failures() const { return failures_; }
 
  private:
+  const ServiceClock* clock_;
   std::int64_t failures_ = 0;
   std::chrono::steady_clock::time_point since_{};
 };

@@ -1,7 +1,6 @@
 #include "worker/notify_listener.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,29 +14,19 @@
 #include "core/redact.h"
 #include "pg/connection.h"
 #include "pg/pg_error.h"
-#include "runtime/outage_log.h"
-#include "runtime/retry_backoff.h"
 
 namespace akadzed {
 
 NotifyListener::NotifyListener(std::string conninfo, std::function<void(const std::string&)> wake)
-    : conninfo_(std::move(conninfo)), wake_(std::move(wake)) {
-  stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (stop_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-}
+    : conninfo_(std::move(conninfo)),
+      wake_(std::move(wake)),
+      guard_(SteadyServiceClock(), RetryBackoff(std::chrono::milliseconds(500), std::chrono::seconds(30))) {}
 
-NotifyListener::~NotifyListener() {
-  Stop();
-  close(stop_fd_);
-}
+NotifyListener::~NotifyListener() { Stop(); }
 
-void NotifyListener::Start() { thread_ = std::thread([this] { Loop(); }); }
+void NotifyListener::Start() { loop_.Start([this] { Loop(); }); }
 
-void NotifyListener::Stop() {
-  std::uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof one);
-  if (thread_.joinable()) thread_.join();
-}
+void NotifyListener::Stop() { loop_.Stop(); }
 
 void NotifyListener::WarnIfPooled(pg::Connection& conn) {
   if (warned_pooled_) return;
@@ -56,48 +45,42 @@ void NotifyListener::WarnIfPooled(pg::Connection& conn) {
 }
 
 void NotifyListener::Loop() {
-  // Reconnects wait 0.5 s doubling up to 30 s, jittered; the database being
-  // away is logged once per outage (runtime/outage_log.h).
-  RetryBackoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
-  OutageLog outage;
   for (;;) {
     try {
       pg::Connection conn = pg::Connection::Open(conninfo_, "akadzed listen");
       conn.exec(std::string("LISTEN ") + kChannel);
       WarnIfPooled(conn);
-      if (auto ended = outage.Success()) {
+      if (auto ended = guard_.Succeeded()) {
         spdlog::info("listen_recovered channel={} failures={} outage_ms={}", kChannel, ended->failures,
                      ended->ms);
       } else {
         spdlog::info("listen channel={}", kChannel);
       }
-      backoff.Reset();
       // Anything enqueued while we were not listening: one wake for all.
       wake_("");
       for (;;) {
-        pollfd fds[2] = {{PQsocket(conn.raw()), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-        if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+        pollfd fds[2] = {{PQsocket(conn.raw()), POLLIN, 0}, {loop_.stop_fd(), POLLIN, 0}};
+        if (poll(fds, 2, -1) < 0) {
+          if (errno == EINTR) continue;
+          throw std::system_error(errno, std::generic_category(), "poll");
+        }
         if (fds[1].revents != 0) return;
         if (PQconsumeInput(conn.raw()) == 0) {
           // The connection broke under us: the first failure of an outage.
-          spdlog::log(outage.Failure(), "listen_failed | {}",
-                      OneLine(RedactSecrets(PQerrorMessage(conn.raw()), conninfo_)));
-          break;
+          throw pg::ConnectionError(RedactSecrets(PQerrorMessage(conn.raw()), conninfo_), "");
         }
         while (PGnotify* n = PQnotifies(conn.raw())) {
           std::unique_ptr<PGnotify, decltype(&PQfreemem)> owned(n, &PQfreemem);
           wake_(n->extra != nullptr ? n->extra : "");
         }
+        loop_.MarkRound();
       }
-    } catch (const pg::ConnectionError& e) {
-      spdlog::log(outage.Failure(), "listen_failed | {}", OneLine(e.what()));
-    } catch (const pg::PgError& e) {
-      spdlog::warn("listen_failed | {}", OneLine(e.what()));
+    } catch (const std::exception& e) {
+      const RoundFailure f = guard_.Failed(e);
+      spdlog::log(f.level, "listen_failed | {}", f.message);
+      // Reconnect after a pause, unless stopped meanwhile.
+      if (loop_.Sleep(f.retry_in)) return;
     }
-    // Reconnect after a pause, unless stopped meanwhile.
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(backoff.Next());
-    pollfd stop{stop_fd_, POLLIN, 0};
-    if (poll(&stop, 1, static_cast<int>(wait.count())) > 0) return;
   }
 }
 

@@ -12,7 +12,8 @@
 
 #include <functional>
 #include <string>
-#include <thread>
+
+#include "runtime/service_loop.h"
 
 namespace akadzed {
 
@@ -40,8 +41,10 @@ class NotifyListener {
 
   std::string conninfo_;
   std::function<void(const std::string&)> wake_;
-  int stop_fd_ = -1;  // eventfd, readable once Stop() was called
-  std::thread thread_;
+  ServiceLoop loop_;  // the thread and its stop (stop_fd() wakes the poll)
+  // Reconnects wait 0.5 s doubling up to 30 s, jittered; the database being
+  // away is logged once per outage. Listener thread only.
+  RoundGuard guard_;
   bool warned_pooled_ = false;  // listener thread only
 };
 

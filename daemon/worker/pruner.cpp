@@ -1,5 +1,7 @@
 #include "worker/pruner.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "core/redact.h"
@@ -39,49 +41,56 @@ PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batc
   return counts;
 }
 
-Pruner::Pruner(std::string conninfo, std::chrono::milliseconds stall_timeout, PruningConfig config)
-    : session_(std::move(conninfo), "akadzed pruner", stall_timeout), config_(config) {}
+Pruner::Pruner(std::string conninfo, std::chrono::milliseconds stall_timeout, PruningConfig config,
+               const ServiceClock& clock)
+    : session_(std::move(conninfo), "akadzed pruner", stall_timeout),
+      config_(config),
+      loop_(clock),
+      guard_(clock, RetryBackoff(std::min<std::chrono::microseconds>(std::chrono::seconds(1),
+                                                                      std::chrono::microseconds(config.interval_us)),
+                                 std::chrono::microseconds(config.interval_us))) {}
 
 Pruner::~Pruner() { Stop(); }
 
-void Pruner::Start() { thread_ = std::thread([this] { Loop(); }); }
-
-void Pruner::Stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+void Pruner::Start() {
+  loop_.Start([this] {
+    for (;;) {
+      const auto wait = Round();
+      loop_.MarkRound();
+      if (loop_.Sleep(wait)) return;
+    }
+  });
 }
 
-void Pruner::Loop() {
-  const auto interval = std::chrono::microseconds(config_.interval_us);
-  for (;;) {
-    PruneCounts total;
-    try {
-      // Batches until every table is below a full batch, or we are stopped.
-      for (bool more = true; more;) {
-        PruneCounts c = session_.Run(
-            [&](pg::Connection& conn) { return PruneBatch(conn, config_.retention_us, config_.batch_size); });
-        total.jobs += c.jobs;
-        total.periodic_runs += c.periodic_runs;
-        total.start_marks += c.start_marks;
-        more = c.jobs == config_.batch_size || c.periodic_runs == config_.batch_size ||
-               c.start_marks == config_.batch_size;
-        std::lock_guard lock(mu_);
-        if (stopping_) more = false;
-      }
-    } catch (const std::exception& e) {
-      spdlog::warn("prune_failed | {}", OneLine(e.what()));
+void Pruner::Stop() { loop_.Stop(); }
+
+std::chrono::microseconds Pruner::Round() {
+  PruneCounts total;
+  std::chrono::microseconds wait(config_.interval_us);
+  try {
+    // Batches until every table is below a full batch, or we are stopped.
+    for (bool more = true; more && !loop_.stop_requested();) {
+      PruneCounts c = session_.Run(
+          [&](pg::Connection& conn) { return PruneBatch(conn, config_.retention_us, config_.batch_size); });
+      total.jobs += c.jobs;
+      total.periodic_runs += c.periodic_runs;
+      total.start_marks += c.start_marks;
+      more = c.jobs == config_.batch_size || c.periodic_runs == config_.batch_size ||
+             c.start_marks == config_.batch_size;
     }
-    if (total.jobs + total.periodic_runs + total.start_marks > 0) {
-      spdlog::info("prune jobs={} periodic_runs={} start_marks={}", total.jobs, total.periodic_runs,
-                   total.start_marks);
+    if (auto ended = guard_.Succeeded()) {
+      spdlog::info("prune_recovered failures={} outage_ms={}", ended->failures, ended->ms);
     }
-    std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, interval, [&] { return stopping_; })) return;
+  } catch (const std::exception& e) {
+    const RoundFailure f = guard_.Failed(e);
+    spdlog::log(f.level, "prune_failed | {}", f.message);
+    wait = f.retry_in;
   }
+  if (total.jobs + total.periodic_runs + total.start_marks > 0) {
+    spdlog::info("prune jobs={} periodic_runs={} start_marks={}", total.jobs, total.periodic_runs,
+                 total.start_marks);
+  }
+  return wait;
 }
 
 }  // namespace akadzed

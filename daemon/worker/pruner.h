@@ -8,15 +8,14 @@
 // Start/Stop are for its owner only.
 #pragma once
 
-#include <condition_variable>
+#include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "config/config.h"
 #include "pg/connection.h"
 #include "runtime/db_session.h"
+#include "runtime/service_loop.h"
 
 namespace akadzed {
 
@@ -30,24 +29,30 @@ struct PruneCounts {
 // more may be left.
 PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batch);
 
+// The pruning loop, on the service kit (runtime/service_loop.h): a round
+// every pruning.interval; a failed round is retried after the guard's
+// backoff (1 s doubling up to the interval).
 class Pruner {
  public:
   // `stall_timeout` bounds its transactions (pg::Connection::Open).
-  Pruner(std::string conninfo, std::chrono::milliseconds stall_timeout, PruningConfig config);
+  Pruner(std::string conninfo, std::chrono::milliseconds stall_timeout, PruningConfig config,
+         const ServiceClock& clock = SteadyServiceClock());
   ~Pruner();
 
   void Start();
   void Stop();
 
- private:
-  void Loop();
+  // One round, on the caller's thread: batches until every table is below
+  // a full batch (or stop is requested), logs what it deleted (`prune`) or
+  // its failure (`prune_failed`, `prune_recovered` after an outage).
+  // Returns the wait before the next round.
+  std::chrono::microseconds Round();
 
+ private:
   DbSession session_;
   PruningConfig config_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // guarded by mu_
+  ServiceLoop loop_;
+  RoundGuard guard_;
 };
 
 }  // namespace akadzed

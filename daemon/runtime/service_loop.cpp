@@ -1,0 +1,149 @@
+#include "runtime/service_loop.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+#include <utility>
+
+#include "core/redact.h"
+#include "pg/pg_error.h"
+
+namespace akadzed {
+
+namespace {
+
+class SteadyClock final : public ServiceClock {
+ public:
+  time_point Now() const override { return std::chrono::steady_clock::now(); }
+};
+
+}  // namespace
+
+const ServiceClock& SteadyServiceClock() {
+  static const SteadyClock clock;
+  return clock;
+}
+
+ServiceLoop::ServiceLoop(const ServiceClock& clock) : clock_(clock), last_round_(clock.Now()) {
+  stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+}
+
+ServiceLoop::~ServiceLoop() {
+  Stop();
+  close(stop_fd_);
+}
+
+void ServiceLoop::Start(std::function<void()> body) {
+  {
+    std::lock_guard lock(mu_);
+    last_round_ = clock_.Now();
+    started_ = true;
+  }
+  thread_ = std::thread(std::move(body));
+}
+
+void ServiceLoop::RequestStop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof one);
+}
+
+void ServiceLoop::Stop() {
+  RequestStop();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool ServiceLoop::started() const {
+  std::lock_guard lock(mu_);
+  return started_;
+}
+
+bool ServiceLoop::stop_requested() const {
+  std::lock_guard lock(mu_);
+  return stopping_;
+}
+
+bool ServiceLoop::Sleep(Duration timeout) {
+  std::unique_lock lock(mu_);
+  return WaitFor(lock, timeout, [] { return false; });
+}
+
+void ServiceLoop::MarkRound() {
+  const auto now = clock_.Now();
+  std::lock_guard lock(mu_);
+  last_round_ = now;
+}
+
+std::chrono::steady_clock::time_point ServiceLoop::last_round() const {
+  std::lock_guard lock(mu_);
+  return last_round_;
+}
+
+const char* RoundFailureKindName(RoundFailureKind kind) {
+  switch (kind) {
+    case RoundFailureKind::kOutage: return "outage";
+    case RoundFailureKind::kInDoubt: return "in_doubt";
+    case RoundFailureKind::kSqlError: return "sql";
+    case RoundFailureKind::kOther: return "other";
+  }
+  return "other";
+}
+
+RoundGuard::RoundGuard(const ServiceClock& clock, RetryBackoff backoff)
+    : outage_(clock), backoff_(std::move(backoff)) {}
+
+std::optional<OutageLog::Ended> RoundGuard::Succeeded() {
+  failures_ = 0;
+  backoff_.Reset();
+  return outage_.Success();
+}
+
+RoundFailure RoundGuard::Failed(const std::exception& error) {
+  std::string message = OneLine(error.what());
+  // Most derived first: InDoubtError is a ConnectionError, TransientError
+  // an SqlError.
+  if (dynamic_cast<const pg::InDoubtError*>(&error) != nullptr) {
+    return Sort(RoundFailureKind::kInDoubt, false, std::move(message));
+  }
+  if (dynamic_cast<const pg::ConnectionError*>(&error) != nullptr) {
+    return Sort(RoundFailureKind::kOutage, false, std::move(message));
+  }
+  if (dynamic_cast<const pg::TransientError*>(&error) != nullptr) {
+    return Sort(RoundFailureKind::kSqlError, true, std::move(message));
+  }
+  if (dynamic_cast<const pg::PgError*>(&error) != nullptr) {
+    return Sort(RoundFailureKind::kSqlError, false, std::move(message));
+  }
+  return Sort(RoundFailureKind::kOther, false, std::move(message));
+}
+
+RoundFailure RoundGuard::FailedUnknown() {
+  return Sort(RoundFailureKind::kOther, false, "unknown exception");
+}
+
+RoundFailure RoundGuard::Sort(RoundFailureKind kind, bool transient, std::string message) {
+  ++failures_;
+  RoundFailure f;
+  f.kind = kind;
+  f.message = std::move(message);
+  switch (kind) {
+    case RoundFailureKind::kOutage: f.level = outage_.Failure(); break;
+    // The connection broke, so the server may be away too; but what became
+    // of the COMMIT is the news, at warn each time.
+    case RoundFailureKind::kInDoubt: outage_.Failure(); f.level = spdlog::level::warn; break;
+    case RoundFailureKind::kSqlError: f.level = transient ? spdlog::level::warn : spdlog::level::err; break;
+    case RoundFailureKind::kOther: f.level = spdlog::level::err; break;
+  }
+  f.retry_in = backoff_.Next();
+  return f;
+}
+
+}  // namespace akadzed

@@ -1,0 +1,171 @@
+// The service kit: what every background loop of the daemon shares (the
+// finisher, the claim loops, the lease keeper, the pruner, the periodic
+// scheduler, the notify listener and the database gauges), in the spirit of
+// River's startstop: one thread, one stop, the time of the last round for
+// the watchdog, an injected clock, and one error guard (RoundGuard) that
+// sorts a failed round into an outage, a COMMIT in doubt, an SQL error or
+// anything else, with the backoff and the outage log.
+//
+//   ServiceClock  where a loop reads the time; SteadyServiceClock() in the
+//                 daemon, a hand-moved clock in tests, so that a round can be
+//                 driven and checked without sleeping.
+//   ServiceLoop   the thread, its stop (a flag under the loop's mutex, a
+//                 condition variable, and an eventfd for loops that poll a
+//                 socket), Wait helpers that also wake on stop, and the time
+//                 of the last round.
+//   RoundGuard    a round's failure sorted, counted and paced.
+//
+// A loop owns a ServiceLoop and a RoundGuard; its body is a plain
+// `while (!loop.WaitFor(...)) { try { Round(); } catch (...) { guard... } }`
+// and its Round() is a public function a test can call with the thread never
+// started.
+//
+// Thread-safety: Start, Stop and RequestStop are for the loop's owner (one
+// thread); Notify, stop_requested, last_round and the Wait functions may be
+// called from any thread. The loop's mutex (mu()) is the owner's to guard
+// the state it shares with the thread; no other lock may be taken while it
+// is held, except those the owner documents.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <spdlog/common.h>
+
+#include "runtime/outage_log.h"
+#include "runtime/service_clock.h"
+#include "runtime/retry_backoff.h"
+
+namespace akadzed {
+
+class ServiceLoop {
+ public:
+  using Duration = std::chrono::microseconds;
+
+  explicit ServiceLoop(const ServiceClock& clock = SteadyServiceClock());
+  // Stops and joins the thread if it still runs.
+  ~ServiceLoop();
+  ServiceLoop(const ServiceLoop&) = delete;
+  ServiceLoop& operator=(const ServiceLoop&) = delete;
+
+  // Runs `body` on a new thread; it should return soon after stop is
+  // requested (every Wait function returns true then). At most once.
+  void Start(std::function<void()> body);
+  // Requests the stop: sets the flag, wakes every Wait and signals stop_fd().
+  void RequestStop();
+  // RequestStop, then joins the thread (if one was started). Idempotent.
+  void Stop();
+  // True once Start was called. The _locked form requires mu().
+  bool started() const;
+  bool started_locked() const { return started_; }
+
+  // The loop's mutex and condition: the owner guards the state it shares
+  // with the thread by mu() and wakes the thread with Notify().
+  std::mutex& mu() const { return mu_; }
+  void Notify() { cv_.notify_all(); }
+
+  // True once stop was requested. The _locked form requires mu().
+  bool stop_requested() const;
+  bool stop_requested_locked() const { return stopping_; }
+
+  // With `lock` holding mu(): waits until `ready()`, the stop, or the
+  // timeout or deadline; returns true when stop was requested.
+  template <typename Ready>
+  bool WaitFor(std::unique_lock<std::mutex>& lock, Duration timeout, Ready&& ready) {
+    cv_.wait_for(lock, timeout, [&] { return stopping_ || ready(); });
+    return stopping_;
+  }
+  template <typename Ready>
+  bool WaitUntil(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline,
+                 Ready&& ready) {
+    cv_.wait_until(lock, deadline, [&] { return stopping_ || ready(); });
+    return stopping_;
+  }
+  template <typename Ready>
+  void Wait(std::unique_lock<std::mutex>& lock, Ready&& ready) {
+    cv_.wait(lock, [&] { return stopping_ || ready(); });
+  }
+  // Sleeps `timeout` or until stop (or a Notify); returns true when stop
+  // was requested.
+  bool Sleep(Duration timeout);
+
+  // An eventfd that turns readable once stop is requested: for loops that
+  // wait in poll(2) on a socket (the notify listener).
+  int stop_fd() const { return stop_fd_; }
+
+  // Records that a round finished now (by the clock), for the watchdog.
+  void MarkRound();
+  // When the last round finished; the start time before the first.
+  std::chrono::steady_clock::time_point last_round() const;
+
+  const ServiceClock& clock() const { return clock_; }
+
+ private:
+  const ServiceClock& clock_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                                  // guarded by mu_
+  bool started_ = false;                                   // guarded by mu_
+  std::chrono::steady_clock::time_point last_round_;       // guarded by mu_
+  int stop_fd_ = -1;
+  std::thread thread_;
+};
+
+// How a round failed.
+enum class RoundFailureKind {
+  kOutage,    // the server is away (pg::ConnectionError): waiting fixes it
+  kInDoubt,   // the connection broke during COMMIT (pg::InDoubtError)
+  kSqlError,  // the server refused a statement (pg::SqlError, pg::PgError)
+  kOther,     // anything else (a bug, a hook's refusal, out of memory)
+};
+
+const char* RoundFailureKindName(RoundFailureKind kind);
+
+struct RoundFailure {
+  RoundFailureKind kind = RoundFailureKind::kOther;
+  // The level to log it at: an outage's first failure warn, its others
+  // debug (OutageLog); a COMMIT in doubt and a transient SQL error warn;
+  // other SQL errors and the rest error.
+  spdlog::level::level_enum level = spdlog::level::err;
+  std::string message;                  // e.what() on one line
+  std::chrono::microseconds retry_in{0};  // the backoff's next wait
+};
+
+// One error guard per loop: call Succeeded() after a round that worked and
+// Failed() from its catch. The call sites keep their literal log messages
+// (the log grammar test reads them): `<loop>_failed | <message>` at
+// RoundFailure::level, and `<loop>_recovered failures=N outage_ms=T` from
+// what Succeeded() returns.
+//
+// Thread-safety: owned and used by the loop's thread (and tests).
+class RoundGuard {
+ public:
+  RoundGuard(const ServiceClock& clock, RetryBackoff backoff);
+
+  // The round worked: resets the backoff; returns the outage it ends.
+  std::optional<OutageLog::Ended> Succeeded();
+  // The round threw `error`: sorts it, counts an outage once (OutageLog),
+  // and says how to log it and how long to wait before the next try.
+  RoundFailure Failed(const std::exception& error);
+  // For a catch (...) of a non-standard exception.
+  RoundFailure FailedUnknown();
+
+  // Failures since the last success.
+  std::int64_t failures() const { return failures_; }
+
+ private:
+  RoundFailure Sort(RoundFailureKind kind, bool transient, std::string message);
+
+  OutageLog outage_;
+  RetryBackoff backoff_;
+  std::int64_t failures_ = 0;
+};
+
+}  // namespace akadzed
