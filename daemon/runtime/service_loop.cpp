@@ -42,7 +42,7 @@ void ServiceLoop::Start(std::function<void()> body) {
     last_round_ = clock_.Now();
     started_ = true;
   }
-  thread_ = std::thread(std::move(body));
+  threads_.emplace_back(std::move(body));
 }
 
 void ServiceLoop::RequestStop() {
@@ -58,7 +58,9 @@ void ServiceLoop::RequestStop() {
 
 void ServiceLoop::Stop() {
   RequestStop();
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& thread : threads_) {
+    if (thread.joinable()) thread.join();
+  }
 }
 
 bool ServiceLoop::started() const {
@@ -123,6 +125,10 @@ RoundFailure RoundGuard::Failed(const std::exception& error) {
     return Sort(RoundFailureKind::kSqlError, false, std::move(message));
   }
   return Sort(RoundFailureKind::kOther, false, std::move(message));
+}
+
+RoundFailure RoundGuard::Failed(RoundFailureKind kind, std::string message) {
+  return Sort(kind, false, std::move(message));
 }
 
 RoundFailure RoundGuard::FailedUnknown() {

@@ -36,6 +36,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <spdlog/common.h>
 
@@ -56,11 +58,13 @@ class ServiceLoop {
   ServiceLoop& operator=(const ServiceLoop&) = delete;
 
   // Runs `body` on a new thread; it should return soon after stop is
-  // requested (every Wait function returns true then). At most once.
+  // requested (every Wait function returns true then). A loop may start
+  // more than one thread (the lease keeper's timer): they share the stop,
+  // the mutex and the condition, and Stop joins them all.
   void Start(std::function<void()> body);
   // Requests the stop: sets the flag, wakes every Wait and signals stop_fd().
   void RequestStop();
-  // RequestStop, then joins the thread (if one was started). Idempotent.
+  // RequestStop, then joins the threads (if any was started). Idempotent.
   void Stop();
   // True once Start was called. The _locked form requires mu().
   bool started() const;
@@ -92,6 +96,13 @@ class ServiceLoop {
   void Wait(std::unique_lock<std::mutex>& lock, Ready&& ready) {
     cv_.wait(lock, [&] { return stopping_ || ready(); });
   }
+  // Waits until `ready()` or the timeout, NOT woken by the stop: for a loop
+  // that keeps working for a while after stop is requested (the finisher
+  // writes what is pending until its deadline).
+  template <typename Ready>
+  void WaitForIgnoringStop(std::unique_lock<std::mutex>& lock, Duration timeout, Ready&& ready) {
+    cv_.wait_for(lock, timeout, std::forward<Ready>(ready));
+  }
   // Sleeps `timeout` or until stop (or a Notify); returns true when stop
   // was requested.
   bool Sleep(Duration timeout);
@@ -115,7 +126,7 @@ class ServiceLoop {
   bool started_ = false;                                   // guarded by mu_
   std::chrono::steady_clock::time_point last_round_;       // guarded by mu_
   int stop_fd_ = -1;
-  std::thread thread_;
+  std::vector<std::thread> threads_;  // the owner's thread only
 };
 
 // How a round failed.
@@ -156,6 +167,8 @@ class RoundGuard {
   RoundFailure Failed(const std::exception& error);
   // For a catch (...) of a non-standard exception.
   RoundFailure FailedUnknown();
+  // A round that failed without an exception (e.g. a hook refused a finish).
+  RoundFailure Failed(RoundFailureKind kind, std::string message);
 
   // Failures since the last success.
   std::int64_t failures() const { return failures_; }

@@ -7,7 +7,6 @@
 #include "core/redact.h"
 #include "pg/pg_error.h"
 #include "runtime/log_line.h"
-#include "runtime/retry_backoff.h"
 
 namespace akadzed {
 
@@ -42,75 +41,74 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
 
 Finisher::Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
                    const TransitionHooks* hooks)
-    : session_(std::move(conninfo), "akadzed finisher", stall_timeout), metrics_(metrics), hooks_(hooks) {}
+    : session_(std::move(conninfo), "akadzed finisher", stall_timeout),
+      guard_(SteadyServiceClock(), RetryBackoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500))),
+      metrics_(metrics),
+      hooks_(hooks) {}
 
 Finisher::~Finisher() {
-  if (thread_.joinable()) Stop(std::chrono::steady_clock::now());
+  if (loop_.started()) Stop(std::chrono::steady_clock::now());
 }
 
-void Finisher::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Finisher::Start() { loop_.Start([this] { Loop(); }); }
 
 void Finisher::Submit(FinishItem item) {
   item.job.args_json.clear();
   item.job.args_json.shrink_to_fit();
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(loop_.mu());
     pending_.push_back(std::move(item));
   }
-  cv_.notify_one();
+  loop_.Notify();
 }
 
 void Finisher::Stop(std::chrono::steady_clock::time_point deadline) {
   {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
+    std::lock_guard lock(loop_.mu());
     deadline_ = deadline;
   }
-  cv_.notify_one();
-  if (thread_.joinable()) thread_.join();
+  loop_.Stop();
 }
 
 std::int64_t Finisher::statements() const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(loop_.mu());
   return statements_;
 }
 
 void Finisher::Loop() {
-  // Retries double from 100 ms up to 500 ms, jittered: finishes pending
-  // through an outage are written within half a second of its end, before
-  // any daemon may rescue their jobs (the rescue holds off for heartbeat_ttl
-  // after an outage: lease_keeper.cpp). A retry against a server that is
-  // down costs a refused connect; against an unreachable one, the connect
-  // timeout paces it.
-  RetryBackoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500));
   std::deque<FinishItem> batch;
   for (;;) {
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !pending_.empty() || !batch.empty(); });
+      std::unique_lock lock(loop_.mu());
+      loop_.Wait(lock, [&] { return !pending_.empty() || !batch.empty(); });
       while (!pending_.empty() && batch.size() < kMaxBatch) {
         batch.push_back(std::move(pending_.front()));
         pending_.pop_front();
       }
-      if (batch.empty() && stopping_) return;
+      if (batch.empty() && loop_.stop_requested_locked()) return;
     }
     bool written = false;
     try {
       written = Write(batch);
     } catch (const std::exception& e) {  // not a database error: retried like one
-      spdlog::error("finish_failed count={} | {}", batch.size(), OneLine(e.what()));
+      const RoundFailure f = guard_.Failed(e);
+      spdlog::log(f.level, "finish_failed count={} | {}", batch.size(), f.message);
+      retry_in_ = f.retry_in;
     }
+    loop_.MarkRound();
     if (written) {
-      if (auto ended = outage_.Success()) {
+      if (auto ended = guard_.Succeeded()) {
         spdlog::info("finish_recovered failures={} outage_ms={}", ended->failures, ended->ms);
       }
-      backoff.Reset();
       continue;
     }
     // The database is away: keep the batch and try again, until shutdown's
     // deadline; then the rescue recovers these jobs.
-    std::unique_lock lock(mu_);
-    if (stopping_ && std::chrono::steady_clock::now() >= deadline_) {
+    std::unique_lock lock(loop_.mu());
+    const auto past_deadline = [&] {
+      return loop_.stop_requested_locked() && std::chrono::steady_clock::now() >= deadline_;
+    };
+    if (past_deadline()) {
       spdlog::error(
           "finish_unrecorded count={} | the database stayed unreachable; these jobs stay running "
           "under this worker and are rescued after heartbeat_ttl",
@@ -125,8 +123,7 @@ void Finisher::Loop() {
       pending_.clear();
       return;
     }
-    cv_.wait_for(lock, backoff.Next(),
-                 [&] { return stopping_ && std::chrono::steady_clock::now() >= deadline_; });
+    loop_.WaitForIgnoringStop(lock, retry_in_, past_deadline);
   }
 }
 
@@ -182,6 +179,9 @@ bool Finisher::Write(std::deque<FinishItem>& batch) {
   std::deque<FinishItem> refused;
   const bool written = WriteGroups(batch, refused);
   for (FinishItem& item : refused) batch.push_back(std::move(item));
+  if (written && !refused.empty()) {  // the hook runner logged the refusals
+    retry_in_ = guard_.Failed(RoundFailureKind::kOther, "a transition hook refused").retry_in;
+  }
   return written && refused.empty();
 }
 
@@ -210,18 +210,15 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
           for (std::size_t k = 0; k < members.size(); ++k) batch[members[k]].outcome = requests[k].outcome;
         }
         break;
-      } catch (const pg::ConnectionError& e) {
-        // The database is away: logged once per outage (runtime/outage_log.h).
-        spdlog::log(outage_.Failure(), "finish_failed count={} | {}", requests.size(), OneLine(e.what()));
-        return false;
-      } catch (const pg::TransientError& e) {
-        spdlog::warn("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
-        return false;
       } catch (const pg::PgError& e) {
-        // Row by row only for what one row can cause; the server's state
-        // (a timeout, a read-only server) is waited out, batch and all.
-        if (one_by_one || !pg::IsRowFaultSqlState(e.sqlstate())) {
-          spdlog::error("finish_failed count={} | {}", requests.size(), OneLine(e.what()));
+        // Row by row only for what one row can cause; the server being away
+        // (logged once per outage) or its state (a timeout, a read-only
+        // server) is waited out, batch and all.
+        const bool connection = dynamic_cast<const pg::ConnectionError*>(&e) != nullptr;
+        if (connection || e.transient() || one_by_one || !pg::IsRowFaultSqlState(e.sqlstate())) {
+          const RoundFailure f = guard_.Failed(e);
+          spdlog::log(f.level, "finish_failed count={} | {}", requests.size(), f.message);
+          retry_in_ = f.retry_in;
           return false;
         }
       } catch (const HookError&) {
@@ -229,7 +226,7 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       }
     }
     {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(loop_.mu());
       ++statements_;
     }
     for (std::size_t k = 0; k < members.size(); ++k) {

@@ -11,20 +11,18 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "claim/claim_transaction.h"
 #include "hooks/transition_hooks.h"
 #include "runtime/db_session.h"
 #include "metrics/worker_metrics.h"
 #include "worker/job_finish.h"
-#include "runtime/outage_log.h"
+#include "runtime/service_loop.h"
 
 namespace akadzed {
 
@@ -81,16 +79,22 @@ class Finisher {
                                            std::vector<RowFate>& fates);
 
   DbSession session_;
-  OutageLog outage_;  // the database being away; used on the finisher thread only
+  // Retries double from 100 ms up to 500 ms, jittered: finishes pending
+  // through an outage are written within half a second of its end, before
+  // any daemon may rescue their jobs (the rescue holds off for heartbeat_ttl
+  // after an outage: lease_keeper.cpp). A retry against a server that is
+  // down costs a refused connect; against an unreachable one, the connect
+  // timeout paces it. The database being away is logged once per outage.
+  // Used on the finisher thread only.
+  RoundGuard guard_;
+  std::chrono::microseconds retry_in_{0};  // the last failure's wait; finisher thread only
   WorkerMetrics& metrics_;
   const TransitionHooks* hooks_;  // may be null
-  std::thread thread_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<FinishItem> pending_;                      // guarded by mu_
-  bool stopping_ = false;                               // guarded by mu_
-  std::chrono::steady_clock::time_point deadline_{};    // guarded by mu_
-  std::int64_t statements_ = 0;                         // guarded by mu_
+  // The thread, its stop, and the mutex (loop_.mu()) guarding:
+  ServiceLoop loop_;
+  std::deque<FinishItem> pending_;                      // guarded by loop_.mu()
+  std::chrono::steady_clock::time_point deadline_{};    // guarded by loop_.mu()
+  std::int64_t statements_ = 0;                         // guarded by loop_.mu()
 };
 
 }  // namespace akadzed

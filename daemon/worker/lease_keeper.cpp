@@ -10,60 +10,76 @@
 #include "pg/pg_error.h"
 #include "worker/job_finish.h"
 #include "runtime/log_line.h"
-#include "runtime/outage_log.h"
 
 namespace akadzed {
 
-using Clock = std::chrono::steady_clock;
-
 LeaseKeeper::LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
                          std::int64_t lease_span_us, std::chrono::milliseconds stall_timeout,
-                         RunningJobs& running, const TransitionHooks* hooks)
+                         RunningJobs& running, const TransitionHooks* hooks, const ServiceClock& clock)
     : session_(std::move(conninfo), "akadzed lease", stall_timeout),
       timings_(timings),
       hooks_(hooks),
       running_(running),
       lease_span_us_(lease_span_us),
+      guard_(clock, RetryBackoff(std::chrono::microseconds(timings.heartbeat_interval_us),
+                                 std::chrono::microseconds(timings.heartbeat_interval_us))),
+      loop_(clock),
       identity_(std::move(identity)) {}
 
 LeaseKeeper::~LeaseKeeper() {
-  if (thread_.joinable() || timer_.joinable()) Stop(false);
+  if (loop_.started()) Stop(false);
+}
+
+void LeaseKeeper::Register() {
+  WorkerIdentity identity = worker_identity();
+  const auto sent = loop_.clock().Now();
+  session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
+  {
+    std::lock_guard lock(loop_.mu());
+    lease_until_ = sent + std::chrono::microseconds(lease_span_us());
+  }
+  loop_.MarkRound();
+  spdlog::info("registered worker={} host={} pid={}", identity.id, LogValue(identity.hostname),
+               identity.pid);
 }
 
 void LeaseKeeper::Start() {
-  WorkerIdentity identity = identity_;
-  const auto sent = Clock::now();
-  session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
-  {
-    std::lock_guard lock(mu_);
-    last_round_ = Clock::now();
-    lease_until_ = sent + std::chrono::microseconds(lease_span_us());
+  Register();
+  const auto interval = std::chrono::microseconds(timings_.heartbeat_interval_us);
+  loop_.Start([this, interval] {
+    while (!loop_.Sleep(interval)) RunRound();
+  });
+  loop_.Start([this] { TimerLoop(); });
+}
+
+void LeaseKeeper::RunRound() {
+  try {
+    Round();
+    round_failed_ = false;
+    if (auto ended = guard_.Succeeded()) {
+      spdlog::info("heartbeat_recovered failures={} outage_ms={}", ended->failures, ended->ms);
+    }
+  } catch (const std::exception& e) {
+    round_failed_ = true;
+    const RoundFailure f = guard_.Failed(e);
+    spdlog::log(f.level, "heartbeat_failed | {}", f.message);
   }
-  spdlog::info("registered worker={} host={} pid={}", identity.id, LogValue(identity.hostname),
-               identity.pid);
-  thread_ = std::thread([this] { Loop(); });
-  timer_ = std::thread([this] { TimerLoop(); });
+  loop_.MarkRound();
 }
 
 void LeaseKeeper::SetLeaseSpan(std::int64_t lease_span_us) {
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(loop_.mu());
     // A shorter span shortens the running lease too.
     const std::int64_t shorter_by = lease_span_us_.load(std::memory_order_relaxed) - lease_span_us;
     if (shorter_by > 0) lease_until_ -= std::chrono::microseconds(shorter_by);
     lease_span_us_.store(lease_span_us, std::memory_order_relaxed);
   }
-  cv_.notify_all();
+  loop_.Notify();
 }
 
 void LeaseKeeper::Stop(bool deregister) {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  if (timer_.joinable()) timer_.join();
+  loop_.Stop();
   if (!deregister) return;
   try {
     std::string id = worker_id();
@@ -87,64 +103,52 @@ std::optional<HeldJobs> LeaseKeeper::ReadHeldJobs() {
 }
 
 std::string LeaseKeeper::worker_id() const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(loop_.mu());
   return identity_.id;
 }
 
-Clock::time_point LeaseKeeper::last_round() const {
-  std::lock_guard lock(mu_);
-  return last_round_;
+WorkerIdentity LeaseKeeper::worker_identity() const {
+  std::lock_guard lock(loop_.mu());
+  return identity_;
 }
 
-void LeaseKeeper::Loop() {
-  const auto interval = std::chrono::microseconds(timings_.heartbeat_interval_us);
-  // The database being away is logged once per outage; other errors each time.
-  OutageLog outage;
-  for (;;) {
-    {
-      std::unique_lock lock(mu_);
-      if (cv_.wait_for(lock, interval, [&] { return stopping_; })) return;
-    }
-    try {
-      Round();
-      round_failed_ = false;
-      if (auto ended = outage.Success()) {
-        spdlog::info("heartbeat_recovered failures={} outage_ms={}", ended->failures, ended->ms);
-      }
-    } catch (const pg::ConnectionError& e) {
-      round_failed_ = true;
-      spdlog::log(outage.Failure(), "heartbeat_failed | {}", OneLine(e.what()));
-    } catch (const std::exception& e) {
-      round_failed_ = true;
-      spdlog::error("heartbeat_failed | {}", OneLine(e.what()));
-    }
-    {
-      std::lock_guard lock(mu_);
-      last_round_ = Clock::now();
-    }
-  }
-}
+std::chrono::steady_clock::time_point LeaseKeeper::last_round() const { return loop_.last_round(); }
 
 void LeaseKeeper::TimerLoop() {
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
+  std::unique_lock lock(loop_.mu());
+  while (!loop_.stop_requested_locked()) {
     if (!held_.load(std::memory_order_acquire)) {
-      cv_.wait(lock);  // a round that regains the lease notifies
+      loop_.Wait(lock, [&] { return held_.load(std::memory_order_acquire); });  // a round regains it
       continue;
     }
-    if (Clock::now() < lease_until_) {
-      cv_.wait_until(lock, lease_until_);  // a heartbeat moves it on; looked at again then
+    if (loop_.clock().Now() < lease_until_) {
+      // A heartbeat moves it on (and notifies); looked at again then.
+      loop_.WaitUntil(lock, lease_until_, [&, until = lease_until_] { return lease_until_ != until; });
       continue;
     }
+    lock.unlock();
+    ExpireLeaseIfDue();
+    lock.lock();
+  }
+}
+
+bool LeaseKeeper::ExpireLeaseIfDue() {
+  std::string id;
+  int stopped = 0;
+  {
+    std::lock_guard lock(loop_.mu());
+    if (!held_.load(std::memory_order_acquire) || loop_.clock().Now() < lease_until_) return false;
     held_.store(false, std::memory_order_release);
     reregister_ = true;
-    int stopped = running_.RequestStopAll(StopReason::kLeaseLost);
-    spdlog::error(
-        "lease_lost worker={} stopped_jobs={} | no heartbeat sent in the last {} succeeded; handlers "
-        "stopped (TERM, KILL after kill_grace) before any rescue; claiming paused until the database "
-        "answers",
-        identity_.id, stopped, FormatDuration(lease_span_us()));
+    stopped = running_.RequestStopAll(StopReason::kLeaseLost);
+    id = identity_.id;
   }
+  spdlog::error(
+      "lease_lost worker={} stopped_jobs={} | no heartbeat sent in the last {} succeeded; handlers "
+      "stopped (TERM, KILL after kill_grace) before any rescue; claiming paused until the database "
+      "answers",
+      id, stopped, FormatDuration(lease_span_us()));
+  return true;
 }
 
 void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector<OwnedJob>& owned,
@@ -163,7 +167,8 @@ void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector
   // is released until it ends (its jobs are then held, or it failed and the
   // quiet path, or its in-doubt release, takes them).
   const auto ttl = std::chrono::microseconds(timings_.heartbeat_ttl_us);
-  if (!quiet && before->oldest_claim_since && Clock::now() - *before->oldest_claim_since >= ttl) {
+  if (!quiet && before->oldest_claim_since &&
+      loop_.clock().Now() - *before->oldest_claim_since >= ttl) {
     orphan_candidates_.clear();
     return;
   }
@@ -207,13 +212,13 @@ void LeaseKeeper::Round() {
   WorkerIdentity identity;
   bool reregister;
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(loop_.mu());
     identity = identity_;
     reregister = reregister_;
   }
   // The lease runs from when the heartbeat that renews it was sent: the
   // server stamps it later, and rescues heartbeat_ttl after that stamp.
-  auto sent = Clock::now();
+  auto sent = loop_.clock().Now();
   if (reregister) {
     // Our jobs were stopped without finishes: let the rescue take the old id.
     identity.id = RandomUuid();
@@ -229,14 +234,14 @@ void LeaseKeeper::Round() {
     {
       // Lost first, so that an executor about to start a job of the old
       // id sees it (QueueRunner::Execute) and the timer does not stop twice.
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(loop_.mu());
       held_.store(false, std::memory_order_release);
       reregister_ = true;
       stopped = running_.RequestStopAll(StopReason::kLeaseLost);
     }
     const std::string old_id = identity.id;
     identity.id = RandomUuid();
-    sent = Clock::now();
+    sent = loop_.clock().Now();
     session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
     spdlog::warn("registered worker={} old_worker={} stopped_jobs={} | new id: the worker row had vanished",
                  identity.id, old_id, stopped);
@@ -246,22 +251,22 @@ void LeaseKeeper::Round() {
   }
   bool regained = false;
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(loop_.mu());
     // The lease expired while this heartbeat was in flight: its jobs are
     // already stopped; the next round registers a new id.
     if (reregister_ && !reregister) return;
     identity_.id = identity.id;
     reregister_ = false;
     lease_until_ = std::max(lease_until_, sent + std::chrono::microseconds(lease_span_us()));
-    // Under mu_, as the timer reads it: a wake-up cannot be lost between
+    // Under loop_.mu(), as the timer reads it: a wake-up cannot be lost between
     // its look at held_ and its wait.
-    if (Clock::now() < lease_until_ && !held_.load(std::memory_order_acquire)) {
+    if (loop_.clock().Now() < lease_until_ && !held_.load(std::memory_order_acquire)) {
       held_.store(true, std::memory_order_release);
       regained = true;
     }
   }
   if (regained) {
-    cv_.notify_all();  // the timer waits for the lease to be held again
+    loop_.Notify();  // the timer waits for the lease to be held again
     spdlog::info("lease_regained worker={}", identity.id);
   }
 
@@ -294,12 +299,12 @@ void LeaseKeeper::Round() {
   // has heartbeaten and written its pending finishes (the finisher retries
   // every 500 ms at most); a worker still silent then is dead.
   if (round_failed_) {
-    rescue_after_ = Clock::now() + std::chrono::microseconds(timings_.heartbeat_ttl_us);
+    rescue_after_ = loop_.clock().Now() + std::chrono::microseconds(timings_.heartbeat_ttl_us);
     spdlog::info("rescue_held ms={} | the database is back after an outage; live daemons get "
                  "heartbeat_ttl to heartbeat and write their finishes first",
                  timings_.heartbeat_ttl_us / 1000);
   }
-  if (Clock::now() < rescue_after_) return;
+  if (loop_.clock().Now() < rescue_after_) return;
   // The rescue's failures are its own (rescue_failed): the heartbeat above
   // worked, and the lease holds.
   std::vector<std::int64_t> skipped;

@@ -23,25 +23,30 @@
 // registers under a new worker id, so the jobs of the old id are rescued
 // like those of any dead worker.
 //
+// Both threads run on the service kit (runtime/service_loop.h); the clock is
+// injected, so a test drives Register, RunRound and ExpireLeaseIfDue with a
+// clock it moves by hand, the threads never started.
+//
 // Thread-safety: worker_id(), held(), lease_span_us(), SetLeaseSpan() and
-// last_round() may be called from any thread; Start/Stop from the owner only.
+// last_round() may be called from any thread; Start/Stop from the owner only;
+// Register, RunRound and ExpireLeaseIfDue are what the threads call (tests
+// call them with the threads not started).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "config/config.h"
 #include "runtime/db_session.h"
+#include "runtime/service_loop.h"
 #include "worker/running_jobs.h"
 #include "worker/worker_lease.h"
 
@@ -62,11 +67,21 @@ class LeaseKeeper {
   // see the top of this file; `stall_timeout` bounds its transactions.
   LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
               std::int64_t lease_span_us, std::chrono::milliseconds stall_timeout,
-              RunningJobs& running, const TransitionHooks* hooks = nullptr);
+              RunningJobs& running, const TransitionHooks* hooks = nullptr,
+              const ServiceClock& clock = SteadyServiceClock());
   ~LeaseKeeper();
 
-  // Registers the worker (throws pg::PgError when it cannot) and starts the thread.
+  // Register(), then starts the heartbeat thread and the lease timer.
   void Start();
+  // Registers the worker; the lease runs from now. Throws pg::PgError.
+  void Register();
+  // One heartbeat round (heartbeat, reconcile, cancels, rescue), its
+  // failure logged and counted (heartbeat_failed, heartbeat_recovered).
+  void RunRound();
+  // The lease timer's decision at the clock's now: when the lease is held
+  // and ran out, marks it lost, stops every running job (kLeaseLost) and
+  // logs lease_lost; returns true then.
+  bool ExpireLeaseIfDue();
   // Stops the thread; with `deregister`, deletes the worker's row.
   void Stop(bool deregister);
 
@@ -91,9 +106,9 @@ class LeaseKeeper {
   std::chrono::steady_clock::time_point last_round() const;
 
  private:
-  void Loop();
   void TimerLoop();
   void Round();
+  WorkerIdentity worker_identity() const;
   std::optional<HeldJobs> ReadHeldJobs();
   // Releases `owned` jobs the daemon does not hold (SetHeldJobs); `before`:
   // what the runners held before `owned` was read.
@@ -116,15 +131,15 @@ class LeaseKeeper {
   std::chrono::steady_clock::time_point rescue_after_{};  // no rescue before; the loop thread only
   std::atomic<bool> held_{true};
   std::atomic<std::int64_t> lease_span_us_;
-  std::thread thread_;
-  std::thread timer_;  // TimerLoop
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  WorkerIdentity identity_;                                  // guarded by mu_
-  bool stopping_ = false;                                    // guarded by mu_
-  std::chrono::steady_clock::time_point lease_until_;        // guarded by mu_
-  std::chrono::steady_clock::time_point last_round_;         // guarded by mu_
-  bool reregister_ = false;  // lease was lost: take a new id; guarded by mu_
+  // The database being away is logged once per outage; other errors each
+  // time. The loop thread only.
+  RoundGuard guard_;
+  // The heartbeat thread and the timer, their stop, and the mutex
+  // (loop_.mu()) guarding:
+  ServiceLoop loop_;
+  WorkerIdentity identity_;                                  // guarded by loop_.mu()
+  std::chrono::steady_clock::time_point lease_until_;        // guarded by loop_.mu()
+  bool reregister_ = false;  // lease was lost: take a new id; guarded by loop_.mu()
 };
 
 }  // namespace akadzed

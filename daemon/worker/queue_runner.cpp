@@ -10,8 +10,6 @@
 #include "pg/pg_error.h"
 #include "worker/job_finish.h"
 #include "runtime/log_line.h"
-#include "runtime/outage_log.h"
-#include "runtime/retry_backoff.h"
 
 namespace akadzed {
 
@@ -39,7 +37,10 @@ QueueRunner::QueueRunner(QueueConfig queue, const WorkerConfig& timings, const s
       lease_(lease),
       metrics_(metrics),
       hooks_(hooks),
-      last_round_(Clock::now()) {}
+      guard_(SteadyServiceClock(),
+             RetryBackoff(std::chrono::microseconds(timings.poll_interval_us),
+                          std::max<std::chrono::microseconds>(std::chrono::microseconds(timings.poll_interval_us),
+                                                              std::chrono::seconds(30)))) {}
 
 QueueRunner::~QueueRunner() {
   StopClaiming();
@@ -48,31 +49,23 @@ QueueRunner::~QueueRunner() {
 
 void QueueRunner::Start() {
   for (int i = 0; i < queue_.slots; ++i) executors_.emplace_back([this] { ExecutorLoop(); });
-  claimer_ = std::thread([this] { ClaimLoop(); });
+  claim_loop_.Start([this] { ClaimLoop(); });
 }
 
-void QueueRunner::StopClaiming() {
-  {
-    std::lock_guard lock(mu_);
-    claiming_ = false;
-  }
-  claim_cv_.notify_all();
-}
+void QueueRunner::StopClaiming() { claim_loop_.RequestStop(); }
 
 bool QueueRunner::WaitDrained(Clock::time_point deadline) {
-  std::unique_lock lock(mu_);
+  std::unique_lock lock(claim_loop_.mu());
   return drained_cv_.wait_until(lock, deadline, [&] { return busy_ == 0; });
 }
 
 void QueueRunner::Join() {
   {
-    std::lock_guard lock(mu_);
-    claiming_ = false;
+    std::lock_guard lock(claim_loop_.mu());
     executors_stop_ = true;
   }
-  claim_cv_.notify_all();
   work_cv_.notify_all();
-  if (claimer_.joinable()) claimer_.join();
+  claim_loop_.Stop();
   for (auto& t : executors_) {
     if (t.joinable()) t.join();
   }
@@ -81,28 +74,25 @@ void QueueRunner::Join() {
 
 void QueueRunner::Wake() {
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(claim_loop_.mu());
     wake_ = true;
   }
-  claim_cv_.notify_all();
+  claim_loop_.Notify();
 }
 
 int QueueRunner::busy_slots() const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(claim_loop_.mu());
   return busy_;
 }
 
 HeldJobs QueueRunner::held_jobs() const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(claim_loop_.mu());
   HeldJobs held{{held_.begin(), held_.end()}, claim_in_flight_ ? 1 : 0, claims_started_, std::nullopt};
   if (claim_in_flight_) held.oldest_claim_since = claim_since_;
   return held;
 }
 
-Clock::time_point QueueRunner::last_round() const {
-  std::lock_guard lock(mu_);
-  return last_round_;
-}
+Clock::time_point QueueRunner::last_round() const { return claim_loop_.last_round(); }
 
 void QueueRunner::ClaimLoop() {
   std::mt19937_64 rng(std::random_device{}());
@@ -112,9 +102,6 @@ void QueueRunner::ClaimLoop() {
   // poll_interval plus one claim for its round.
   std::uniform_real_distribution<double> jitter(0.8, 1.0);
   const auto poll = std::chrono::microseconds(timings_.poll_interval_us);
-  // After an error the wait doubles from poll_interval up to 30 s, jittered.
-  RetryBackoff backoff(poll, std::max<std::chrono::microseconds>(poll, std::chrono::seconds(30)));
-  OutageLog outage;  // the database being away is logged once per outage
   // The worker id of a claim whose COMMIT was in doubt, until its jobs are
   // released (see the header comment).
   std::optional<std::string> in_doubt_worker;
@@ -123,9 +110,9 @@ void QueueRunner::ClaimLoop() {
     int free_slots;
     Clock::time_point round_start;
     {
-      std::lock_guard lock(mu_);
-      if (!claiming_) break;
-      round_start = last_round_ = Clock::now();
+      std::lock_guard lock(claim_loop_.mu());
+      if (claim_loop_.stop_requested_locked()) break;
+      round_start = claim_loop_.clock().Now();
       free_slots = queue_.slots - busy_;
       wake_ = false;
     }
@@ -146,9 +133,9 @@ void QueueRunner::ClaimLoop() {
       }
       // After a failure the backoff counts from now: a claim that failed after
       // a long connect timeout still waits the whole backoff.
-      auto back_off = [&] {
-        delay = backoff.Next();
-        round_start = Clock::now();
+      auto back_off = [&](std::chrono::microseconds wait) {
+        delay = wait;
+        round_start = claim_loop_.clock().Now();
       };
       try {
         if (in_doubt_worker) {
@@ -177,7 +164,7 @@ void QueueRunner::ClaimLoop() {
         // In flight for the lease keeper's reconcile (held_jobs()) until its
         // jobs are in held_ below, or it failed.
         {
-          std::lock_guard lock(mu_);
+          std::lock_guard lock(claim_loop_.mu());
           claim_in_flight_ = true;
           claim_since_ = Clock::now();
           ++claims_started_;
@@ -185,7 +172,7 @@ void QueueRunner::ClaimLoop() {
         struct InFlight {
           QueueRunner& runner;
           ~InFlight() {
-            std::lock_guard lock(runner.mu_);
+            std::lock_guard lock(runner.claim_loop_.mu());
             runner.claim_in_flight_ = false;
           }
         } in_flight{*this};
@@ -206,11 +193,10 @@ void QueueRunner::ClaimLoop() {
                         job.id, LogValue(job.task), LogValue(job.queue));
           metrics_.JobEnded(job.task, "unprocessable", std::nullopt);
         }
-        if (auto ended = outage.Success()) {
+        if (auto ended = guard_.Succeeded()) {
           spdlog::info("claim_recovered queue={} failures={} outage_ms={}", LogValue(queue_.name),
                        ended->failures, ended->ms);
         }
-        backoff.Reset();
         if (result.fenced) {
           if (!fenced_logged) {
             spdlog::warn("claim_fenced queue={} worker={} | the lease ran out (or the worker row is gone) "
@@ -226,7 +212,7 @@ void QueueRunner::ClaimLoop() {
         if (!result.jobs.empty()) {
           spdlog::info("claim queue={} jobs={} free_slots={} ms={:.1f}", LogValue(queue_.name),
                        result.jobs.size(), free_slots, result.elapsed_ms);
-          std::lock_guard lock(mu_);
+          std::lock_guard lock(claim_loop_.mu());
           busy_ += static_cast<int>(result.jobs.size());
           for (ClaimedJob& job : result.jobs) {
             held_.insert(job.id);
@@ -238,11 +224,9 @@ void QueueRunner::ClaimLoop() {
         // cost a full core at 1000 slots and 200 claims/s of a few jobs, and
         // 4x the enqueue-to-start latency (docs/benchmarks.md, End-to-end).
         work_cv_.notify_one();
-      } catch (const pg::TransientError& e) {
-        if (e.sqlstate() != "55P03") {
-          spdlog::error("claim_failed queue={} | {}", LogValue(queue_.name), OneLine(e.what()));
-          back_off();
-        } else {
+      } catch (const std::exception& e) {
+        const auto* pg_error = dynamic_cast<const pg::PgError*>(&e);
+        if (pg_error != nullptr && pg_error->transient() && pg_error->sqlstate() == "55P03") {
           // lock_timeout (database.stall_timeout) on the queue's claim lock: a
           // claim of another daemon holds it that long, cut off mid-flight;
           // the server ends that session within the same bound. Try again at
@@ -250,28 +234,26 @@ void QueueRunner::ClaimLoop() {
           spdlog::warn("claim_lock_timeout queue={} | waited database.stall_timeout for a claim lock (a "
                        "claim cut off mid-flight holds it until the server ends it); trying again",
                        LogValue(queue_.name));
+        } else {
+          // The database is away (logged once per outage), the claim's
+          // COMMIT was in doubt (its jobs are released before the next
+          // claim), an SQL error, or anything else a claim may throw.
+          if (dynamic_cast<const pg::InDoubtError*>(&e) && !in_doubt_worker) {
+            in_doubt_worker = request.worker_id;
+          }
+          const RoundFailure f = guard_.Failed(e);
+          spdlog::log(f.level, "claim_failed queue={} | {}", LogValue(queue_.name), f.message);
+          back_off(f.retry_in);
         }
-      } catch (const pg::ConnectionError& e) {
-        // The database is away (logged once per outage), or the claim's
-        // COMMIT was in doubt: its jobs are released before the next claim.
-        if (dynamic_cast<const pg::InDoubtError*>(&e) && !in_doubt_worker) {
-          in_doubt_worker = request.worker_id;
-        }
-        spdlog::log(outage.Failure(), "claim_failed queue={} | {}", LogValue(queue_.name),
-                    OneLine(e.what()));
-        back_off();
-      } catch (const std::exception& e) {
-        // Other database errors, and anything else a claim may throw.
-        spdlog::error("claim_failed queue={} | {}", LogValue(queue_.name), OneLine(e.what()));
-        back_off();
       }
     }
+    claim_loop_.MarkRound();
     if (full) continue;
-    std::unique_lock lock(mu_);
+    std::unique_lock lock(claim_loop_.mu());
     // A slot freed since the claim counts as a wake-up. The wait ends `delay`
     // after the round started: the claim's own time is part of the interval.
-    claim_cv_.wait_until(lock, round_start + delay, [&] {
-      return !claiming_ || wake_ || (queue_.slots - busy_ > free_slots && lease_.held());
+    claim_loop_.WaitUntil(lock, round_start + delay, [&] {
+      return wake_ || (queue_.slots - busy_ > free_slots && lease_.held());
     });
   }
   // Stopping right after an in-doubt claim: one try to release its jobs now,
@@ -291,7 +273,7 @@ void QueueRunner::ExecutorLoop() {
     Claimed claimed;
     bool more = false;
     {
-      std::unique_lock lock(mu_);
+      std::unique_lock lock(claim_loop_.mu());
       work_cv_.wait(lock, [&] { return executors_stop_ || !ready_.empty(); });
       if (ready_.empty()) return;
       claimed = std::move(ready_.front());
@@ -371,12 +353,12 @@ void QueueRunner::Execute(Claimed claimed) {
 
 void QueueRunner::FreeSlot(std::int64_t job_id) {
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(claim_loop_.mu());
     if (auto it = held_.find(job_id); it != held_.end()) held_.erase(it);
     --busy_;
     if (busy_ == 0) drained_cv_.notify_all();
   }
-  claim_cv_.notify_all();
+  claim_loop_.Notify();
 }
 
 int QueueRunner::ReleaseInDoubtClaim(const std::string& worker_id) {
@@ -394,7 +376,7 @@ int QueueRunner::ReleaseInDoubtClaim(const std::string& worker_id) {
   // finish recorded and is no longer running under us.
   std::vector<std::int64_t> held;
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(claim_loop_.mu());
     held.assign(held_.begin(), held_.end());
   }
   return session_.Run([&](pg::Connection& c) {

@@ -37,6 +37,7 @@
 #include "config/config.h"
 #include "metrics/worker_metrics.h"
 #include "runtime/db_session.h"
+#include "runtime/service_loop.h"
 #include "worker/finisher.h"
 #include "worker/handler_registry.h"
 #include "worker/lease_keeper.h"
@@ -102,25 +103,28 @@ class QueueRunner {
   WorkerMetrics& metrics_;
   const TransitionHooks* hooks_;  // may be null
 
-  std::thread claimer_;
+  // After an error the wait doubles from poll_interval up to 30 s,
+  // jittered; the database being away is logged once per outage. The claim
+  // thread only.
+  RoundGuard guard_;
+  // The claim loop's thread, its stop (StopClaiming), its wake-ups
+  // (claim_loop_.Notify()) and the mutex (claim_loop_.mu()) guarding the
+  // members marked so below, which the executors share.
+  ServiceLoop claim_loop_;
   std::vector<std::thread> executors_;
-  mutable std::mutex mu_;
-  std::condition_variable claim_cv_;     // wakes the claim loop
   std::condition_variable work_cv_;      // wakes executors
   std::condition_variable drained_cv_;   // busy_ reached 0
-  std::deque<Claimed> ready_;            // guarded by mu_
-  int busy_ = 0;                         // claimed, finish not recorded; guarded by mu_
-  std::unordered_multiset<std::int64_t> held_;  // ids of those busy slots; guarded by mu_
+  std::deque<Claimed> ready_;            // guarded by claim_loop_.mu()
+  int busy_ = 0;                         // claimed, finish not recorded; guarded by claim_loop_.mu()
+  std::unordered_multiset<std::int64_t> held_;  // ids of those busy slots; guarded by claim_loop_.mu()
   // Jobs a transition hook refused at the claim, passed over until then;
   // the claim thread only.
   std::unordered_map<std::int64_t, std::chrono::steady_clock::time_point> refused_;
-  bool claiming_ = true;                 // guarded by mu_
-  bool executors_stop_ = false;          // guarded by mu_
-  bool wake_ = false;                    // guarded by mu_
-  bool claim_in_flight_ = false;         // guarded by mu_
-  std::chrono::steady_clock::time_point claim_since_;  // when the claim in flight began; guarded by mu_
-  std::uint64_t claims_started_ = 0;     // guarded by mu_
-  std::chrono::steady_clock::time_point last_round_;  // guarded by mu_
+  bool executors_stop_ = false;          // guarded by claim_loop_.mu()
+  bool wake_ = false;                    // guarded by claim_loop_.mu()
+  bool claim_in_flight_ = false;         // guarded by claim_loop_.mu()
+  std::chrono::steady_clock::time_point claim_since_;  // when the claim in flight began; guarded by claim_loop_.mu()
+  std::uint64_t claims_started_ = 0;     // guarded by claim_loop_.mu()
 };
 
 }  // namespace akadzed

@@ -1,0 +1,115 @@
+// The service kit (runtime/service_loop.h): how RoundGuard sorts a failed
+// round (outage, COMMIT in doubt, SQL error, other), the level each is
+// logged at, the backoff, the outage measured on an injected clock; and
+// ServiceLoop's start, stop, waits and last round.
+#include <catch2/catch.hpp>
+
+#include <poll.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+
+#include "pg/pg_error.h"
+#include "runtime/service_loop.h"
+#include "support/manual_clock.h"
+
+namespace akadzed {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+RoundGuard Guard(const ServiceClock& clock) {
+  return RoundGuard(clock, RetryBackoff(milliseconds(100), milliseconds(400)));
+}
+
+TEST_CASE("RoundGuard sorts failures and logs an outage once", "[kit]") {
+  test::ManualClock clock;
+  RoundGuard guard = Guard(clock);
+
+  const RoundFailure first = guard.Failed(pg::ConnectionError("server closed the connection\nunexpectedly", "08006"));
+  CHECK(first.kind == RoundFailureKind::kOutage);
+  CHECK(first.level == spdlog::level::warn);
+  CHECK(first.message == "server closed the connection unexpectedly");
+  CHECK(first.retry_in >= milliseconds(50));
+  CHECK(first.retry_in <= milliseconds(150));
+
+  clock.Advance(milliseconds(2500));
+  const RoundFailure second = guard.Failed(pg::ConnectionError("refused", ""));
+  CHECK(second.kind == RoundFailureKind::kOutage);
+  CHECK(second.level == spdlog::level::debug);  // the outage was logged already
+  CHECK(second.retry_in >= milliseconds(100));  // doubled: 200 ms * [0.5, 1.5]
+  CHECK(second.retry_in <= milliseconds(300));
+
+  clock.Advance(milliseconds(500));
+  auto ended = guard.Succeeded();
+  REQUIRE(ended);
+  CHECK(ended->failures == 2);
+  CHECK(ended->ms == 3000);  // from the first failure, on the injected clock
+  CHECK_FALSE(guard.Succeeded());
+
+  // After a success the backoff starts over.
+  CHECK(guard.Failed(std::runtime_error("x")).retry_in <= milliseconds(150));
+}
+
+TEST_CASE("RoundGuard: in doubt, transient, SQL and other errors", "[kit]") {
+  test::ManualClock clock;
+  RoundGuard guard = Guard(clock);
+  const RoundFailure in_doubt = guard.Failed(pg::InDoubtError("lost during COMMIT", ""));
+  CHECK(in_doubt.kind == RoundFailureKind::kInDoubt);
+  CHECK(in_doubt.level == spdlog::level::warn);
+  const RoundFailure transient = guard.Failed(pg::TransientError("deadlock detected", "40P01"));
+  CHECK(transient.kind == RoundFailureKind::kSqlError);
+  CHECK(transient.level == spdlog::level::warn);
+  const RoundFailure sql = guard.Failed(pg::SqlError("permission denied", "42501"));
+  CHECK(sql.kind == RoundFailureKind::kSqlError);
+  CHECK(sql.level == spdlog::level::err);
+  const RoundFailure other = guard.Failed(std::logic_error("bug"));
+  CHECK(other.kind == RoundFailureKind::kOther);
+  CHECK(other.level == spdlog::level::err);
+  CHECK(guard.FailedUnknown().message == "unknown exception");
+  CHECK(guard.failures() == 5);
+  CHECK(std::string(RoundFailureKindName(RoundFailureKind::kInDoubt)) == "in_doubt");
+  // The in-doubt failure counted as an outage, so the success ends one.
+  auto ended = guard.Succeeded();
+  REQUIRE(ended);
+  CHECK(ended->failures == 1);
+}
+
+TEST_CASE("ServiceLoop: a stop wakes every wait, the stop fd and joins the threads", "[kit]") {
+  test::ManualClock clock;
+  ServiceLoop loop(clock);
+  CHECK_FALSE(loop.started());
+  const auto started_at = loop.last_round();
+  clock.Advance(milliseconds(7));
+  loop.MarkRound();
+  CHECK(loop.last_round() - started_at == milliseconds(7));
+
+  std::atomic<int> rounds{0};
+  std::atomic<bool> returned{false};
+  loop.Start([&] {
+    while (!loop.Sleep(std::chrono::hours(1))) ++rounds;  // only a stop ends this wait
+    returned = true;
+  });
+  std::atomic<bool> second_returned{false};
+  loop.Start([&] {
+    std::unique_lock lock(loop.mu());
+    loop.Wait(lock, [] { return false; });
+    second_returned = loop.stop_requested_locked();
+  });
+  CHECK(loop.started());
+  pollfd fd{loop.stop_fd(), POLLIN, 0};
+  CHECK(poll(&fd, 1, 0) == 0);
+  loop.Notify();  // a notify alone does not end a Sleep
+  loop.Stop();
+  CHECK(returned);
+  CHECK(second_returned);
+  CHECK(rounds == 0);
+  CHECK(poll(&fd, 1, 0) == 1);
+  CHECK(loop.stop_requested());
+  loop.Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace akadzed
