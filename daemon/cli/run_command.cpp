@@ -26,6 +26,7 @@
 #include "worker/daemon.h"
 #include "worker/handler_registry.h"
 #include "runtime/logging.h"
+#include "runtime/service_loop.h"
 
 namespace akadzed::cli {
 
@@ -47,16 +48,9 @@ class DemoProducer {
  public:
   DemoProducer(std::string conninfo, std::optional<std::int64_t> duration_us)
       : conninfo_(std::move(conninfo)), duration_us_(duration_us) {
-    thread_ = std::thread([this] { Loop(); });
+    loop_.Start([this] { Loop(); });
   }
-  ~DemoProducer() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
+  ~DemoProducer() { loop_.Stop(); }
 
  private:
   void Loop() {
@@ -76,8 +70,7 @@ class DemoProducer {
             "     jsonb_build_object('snooze_ms', CASE WHEN $1::int % 4 = 0 THEN 1500 END))"
             " ) AS t(task, queue, priority, limit_key, args)",
             pg::Params().add(++round));
-        std::unique_lock lock(mu_);
-        if (cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stop_; })) return;
+        if (loop_.Sleep(std::chrono::seconds(1))) return;
         if (duration_us_ && std::chrono::steady_clock::now() - start >=
                                 std::chrono::microseconds(*duration_us_)) {
           spdlog::info("demo | {} passed, stopping", FormatDuration(*duration_us_));
@@ -92,10 +85,7 @@ class DemoProducer {
 
   std::string conninfo_;
   std::optional<std::int64_t> duration_us_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
+  ServiceLoop loop_;  // the producer's thread and its stop
 };
 
 // What `run` starts with: the config, its handlers and transition hooks.

@@ -25,7 +25,9 @@
 
 #include "core/duration.h"
 #include "core/redact.h"
+#include "core/thread_annotations.h"
 #include "plugin/loaded_plugin.h"
+#include "runtime/service_loop.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {
@@ -51,17 +53,17 @@ class RunState {
   Clock::time_point started() const { return started_; }
 
   void SetResult(const char* json, std::size_t len) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (json == nullptr) result_.reset();
     else result_.emplace(json, len);
   }
   void SetError(const char* error, const char* message) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     error_ = error ? OneLine(TruncateUtf8(error, kMaxErrorBytes)) : "";
     message_ = message ? TruncateUtf8(message, kMaxMessageBytes) : "";
   }
   void SetDelayMs(std::int64_t delay_ms) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     delay_ms_ = delay_ms;
   }
   void Log(int level, const char* message) const {
@@ -74,7 +76,7 @@ class RunState {
 
   // The outcome for handle()'s return `code` from what the plugin reported.
   JobOutcome Outcome(int code, const LoadedPlugin& plugin) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto bad = [&](std::string what) {
       return RetryOutcome("BadOutcome", fmt::format("plugin {} {}", plugin.label(), what));
     };
@@ -129,11 +131,11 @@ class RunState {
   JobStop& stop_;
   const Clock::time_point started_;
   const std::int64_t timeout_us_;
-  mutable std::mutex mutex_;
-  std::optional<std::string> result_;      // mutex_ guards
-  std::string error_;                      // mutex_ guards
-  std::string message_;                    // mutex_ guards
-  std::optional<std::int64_t> delay_ms_;   // mutex_ guards
+  mutable Mutex mutex_;
+  std::optional<std::string> result_ GUARDED_BY(mutex_);
+  std::string error_ GUARDED_BY(mutex_);
+  std::string message_ GUARDED_BY(mutex_);
+  std::optional<std::int64_t> delay_ms_ GUARDED_BY(mutex_);
 };
 
 }  // namespace
@@ -149,14 +151,7 @@ class OverrunWatch {
  public:
   OverrunWatch(std::string task, std::int64_t timeout_us)
       : task_(std::move(task)), timeout_us_(timeout_us) {}
-  ~OverrunWatch() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
+  ~OverrunWatch() { loop_.Stop(); }
   OverrunWatch(const OverrunWatch&) = delete;
   OverrunWatch& operator=(const OverrunWatch&) = delete;
 
@@ -165,16 +160,16 @@ class OverrunWatch {
   std::uint64_t Add(std::int64_t job_id, Clock::time_point started) {
     std::uint64_t token;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(loop_.mu());
       token = ++next_token_;
       calls_.emplace(token, Call{job_id, started + std::chrono::microseconds(timeout_us_)});
-      if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
     }
-    cv_.notify_all();
+    std::call_once(started_, [this] { loop_.Start([this] { Loop(); }); });
+    loop_.Notify();
     return token;
   }
   void Remove(std::uint64_t token) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(loop_.mu());
     calls_.erase(token);
   }
 
@@ -185,8 +180,8 @@ class OverrunWatch {
   };
 
   void Loop() {
-    std::unique_lock lock(mu_);
-    while (!stopping_) {
+    MutexLock lock(loop_.mu());
+    while (!loop_.stop_requested_locked()) {
       std::optional<Clock::time_point> next;
       const Clock::time_point now = Clock::now();
       for (auto it = calls_.begin(); it != calls_.end();) {
@@ -201,19 +196,25 @@ class OverrunWatch {
           ++it;
         }
       }
-      if (next) cv_.wait_until(lock, *next);
-      else cv_.wait(lock);
+      // Woken early by an Add (a nearer deadline) or the stop.
+      const std::uint64_t seen = next_token_;
+      auto added = [&]() REQUIRES(loop_.mu()) { return next_token_ != seen; };
+      if (next) {
+        loop_.WaitUntil(lock, *next, added);
+      } else {
+        loop_.Wait(lock, added);
+      }
     }
   }
 
   const std::string task_;
   const std::int64_t timeout_us_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::uint64_t, Call> calls_;  // mu_ guards
-  std::uint64_t next_token_ = 0;         // mu_ guards
-  bool stopping_ = false;                // mu_ guards
-  std::thread thread_;                   // started by the first Add (under mu_)
+  // The watch thread (started by the first Add), its stop, and the mutex
+  // (loop_.mu()) guarding:
+  ServiceLoop loop_;
+  std::once_flag started_;
+  std::map<std::uint64_t, Call> calls_ GUARDED_BY(loop_.mu());
+  std::uint64_t next_token_ GUARDED_BY(loop_.mu()) = 0;
 };
 
 }  // namespace akadzed

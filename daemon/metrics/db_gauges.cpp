@@ -42,7 +42,7 @@ void DbGauges::Start() { loop_.Start([this] { Loop(); }); }
 void DbGauges::Stop() { loop_.Stop(); }
 
 std::shared_ptr<const DbGauges::Snapshot> DbGauges::Fresh() {
-  std::unique_lock lock(loop_.mu());
+  MutexLock lock(loop_.mu());
   if (latest_ && loop_.clock().Now() - latest_->started <= options_.max_age) return latest_;
   if (loop_.stop_requested_locked() || !loop_.started_locked()) return nullptr;
   // A read in flight counts: it started less than `wait` ago or will be
@@ -52,7 +52,7 @@ std::shared_ptr<const DbGauges::Snapshot> DbGauges::Fresh() {
     loop_.Notify();
   }
   const std::uint64_t target = requested_;
-  loop_.WaitFor(lock, options_.wait, [&] { return completed_ >= target; });
+  loop_.WaitFor(lock, options_.wait, [&]() REQUIRES(loop_.mu()) { return completed_ >= target; });
   return completed_ >= target ? latest_ : nullptr;
 }
 
@@ -61,8 +61,8 @@ void DbGauges::Loop() {
   for (;;) {
     std::uint64_t goal;
     {
-      std::unique_lock lock(loop_.mu());
-      loop_.Wait(lock, [&] { return requested_ > completed_; });
+      MutexLock lock(loop_.mu());
+      loop_.Wait(lock, [&]() REQUIRES(loop_.mu()) { return requested_ > completed_; });
       if (loop_.stop_requested_locked()) return;
       goal = requested_;
     }
@@ -76,7 +76,7 @@ void DbGauges::Loop() {
     }
     failing = !problem.empty();
     {
-      std::lock_guard lock(loop_.mu());
+      MutexLock lock(loop_.mu());
       latest_ = std::move(snapshot);
       completed_ = goal;
     }

@@ -26,6 +26,7 @@
 #include "metrics/exposition_writer.h"
 #include "runtime/db_session.h"
 #include "runtime/service_loop.h"
+#include "core/thread_annotations.h"
 
 namespace akadzed {
 
@@ -83,9 +84,9 @@ class DbGauges {
   const DbGaugeOptions options_;
   // The reader thread, its stop, and the mutex (loop_.mu()) guarding:
   ServiceLoop loop_;
-  std::shared_ptr<const Snapshot> latest_;  // guarded by loop_.mu()
-  std::uint64_t requested_ = 0;             // reads asked for; guarded by loop_.mu()
-  std::uint64_t completed_ = 0;             // reads done; guarded by loop_.mu()
+  std::shared_ptr<const Snapshot> latest_ GUARDED_BY(loop_.mu());
+  std::uint64_t requested_ GUARDED_BY(loop_.mu()) = 0;  // reads asked for
+  std::uint64_t completed_ GUARDED_BY(loop_.mu()) = 0;  // reads done
 };
 
 }  // namespace akadzed

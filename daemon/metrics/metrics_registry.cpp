@@ -51,12 +51,12 @@ CounterFamily::CounterFamily(std::string name, std::string help,
 
 void CounterFamily::Add(const LabelValues& labels, double amount) {
   if (!(amount >= 0)) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   series_[KeyFor(series_, labels, label_names_.size(), max_series_)] += amount;
 }
 
 double CounterFamily::Value(const LabelValues& labels) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = series_.find(labels);
   return it == series_.end() ? 0 : it->second;
 }
@@ -64,7 +64,7 @@ double CounterFamily::Value(const LabelValues& labels) const {
 void CounterFamily::Write(ExpositionWriter& out) const {
   std::map<LabelValues, double> copy;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     copy = series_;
   }
   out.Family(name_, help_, "counter");
@@ -91,7 +91,7 @@ void HistogramFamily::Observe(const LabelValues& labels, double value) {
   // The first bucket whose upper bound is >= value; past the end: +Inf.
   auto bucket = static_cast<std::size_t>(
       std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Series& s = Find(labels);
   ++s.buckets[bucket];
   s.sum += value;
@@ -99,12 +99,12 @@ void HistogramFamily::Observe(const LabelValues& labels, double value) {
 }
 
 void HistogramFamily::Init(const LabelValues& labels) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Find(labels);
 }
 
 std::uint64_t HistogramFamily::Count(const LabelValues& labels) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = series_.find(labels);
   return it == series_.end() ? 0 : it->second.count;
 }
@@ -112,7 +112,7 @@ std::uint64_t HistogramFamily::Count(const LabelValues& labels) const {
 void HistogramFamily::Write(ExpositionWriter& out) const {
   std::map<LabelValues, Series> copy;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     copy = series_;
   }
   out.Family(name_, help_, "histogram");
@@ -180,7 +180,7 @@ std::string MetricsRegistry::Render() const {
       collector(part);
     } catch (const std::exception& e) {
       spdlog::warn("metrics_collector_failed | {}", OneLine(RedactSecrets(e.what())));
-      std::lock_guard lock(errors_mu_);
+      MutexLock lock(errors_mu_);
       ++collector_errors_;
       continue;
     }
@@ -188,7 +188,7 @@ std::string MetricsRegistry::Render() const {
   }
   std::uint64_t errors;
   {
-    std::lock_guard lock(errors_mu_);
+    MutexLock lock(errors_mu_);
     errors = collector_errors_;
   }
   out.Family("akadzed_metrics_collector_errors_total",

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "metrics/exposition_writer.h"
+#include "core/thread_annotations.h"
 
 namespace akadzed {
 
@@ -52,8 +53,8 @@ class CounterFamily {
   const std::string help_;
   const std::vector<std::string> label_names_;
   const std::size_t max_series_;
-  mutable std::mutex mu_;
-  std::map<LabelValues, double> series_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<LabelValues, double> series_ GUARDED_BY(mu_);
 };
 
 // Observations counted into cumulative buckets (`le` upper bounds) per label
@@ -77,15 +78,15 @@ class HistogramFamily {
     double sum = 0;
     std::uint64_t count = 0;
   };
-  Series& Find(const LabelValues& labels);  // mu_ held
+  Series& Find(const LabelValues& labels) REQUIRES(mu_);
 
   const std::string name_;
   const std::string help_;
   const std::vector<std::string> label_names_;
   const std::vector<double> bounds_;
   const std::size_t max_series_;
-  mutable std::mutex mu_;
-  std::map<LabelValues, Series> series_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<LabelValues, Series> series_ GUARDED_BY(mu_);
 };
 
 class MetricsRegistry {
@@ -115,8 +116,8 @@ class MetricsRegistry {
   std::vector<Collector> collectors_;
   // Families in registration order: (is_histogram, index).
   std::vector<std::pair<bool, std::size_t>> order_;
-  mutable std::mutex errors_mu_;
-  mutable std::uint64_t collector_errors_ = 0;  // guarded by errors_mu_
+  mutable Mutex errors_mu_;
+  mutable std::uint64_t collector_errors_ GUARDED_BY(errors_mu_) = 0;
 };
 
 }  // namespace akadzed

@@ -137,7 +137,7 @@ void PeriodicScheduler::Loop() {
   for (;;) {
     const auto wake = Tick();
     loop_.MarkRound();
-    std::unique_lock lock(loop_.mu());
+    MutexLock lock(loop_.mu());
     if (loop_.WaitUntil(lock, wake, [] { return false; })) return;
   }
 }

@@ -11,11 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <string_view>
 #include <utility>
 
 #include "core/redact.h"
+#include "core/thread_annotations.h"
 #include "plugin/file_trust.h"
 #include "runtime/log_line.h"
 
@@ -34,12 +34,12 @@ constexpr std::size_t kPluginV1Size =
     offsetof(akadzed_plugin, shutdown) + sizeof(akadzed_plugin::shutdown);
 
 // Open plugins by canonical path. Expired entries are swept on each open.
-std::mutex& RegistryMutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-std::map<std::string, std::weak_ptr<LoadedPlugin>>& Registry() {  // RegistryMutex guards
-  static std::map<std::string, std::weak_ptr<LoadedPlugin>> registry;
+struct OpenPlugins {
+  Mutex mu;
+  std::map<std::string, std::weak_ptr<LoadedPlugin>> by_path GUARDED_BY(mu);
+};
+OpenPlugins& Registry() {
+  static OpenPlugins registry;
   return registry;
 }
 
@@ -113,8 +113,9 @@ std::shared_ptr<LoadedPlugin> OpenPlugin(const std::string& configured) {
     throw PluginError(refusal);
   }
 
-  std::lock_guard lock(RegistryMutex());
-  auto& registry = Registry();
+  OpenPlugins& open_plugins = Registry();
+  MutexLock lock(open_plugins.mu);
+  auto& registry = open_plugins.by_path;
   std::erase_if(registry, [](const auto& entry) { return entry.second.expired(); });
   if (auto it = registry.find(path); it != registry.end()) {
     if (auto open = it->second.lock()) return open;

@@ -38,7 +38,7 @@ ServiceLoop::~ServiceLoop() {
 
 void ServiceLoop::Start(std::function<void()> body) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     last_round_ = clock_.Now();
     started_ = true;
   }
@@ -47,7 +47,7 @@ void ServiceLoop::Start(std::function<void()> body) {
 
 void ServiceLoop::RequestStop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -64,28 +64,28 @@ void ServiceLoop::Stop() {
 }
 
 bool ServiceLoop::started() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return started_;
 }
 
 bool ServiceLoop::stop_requested() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stopping_;
 }
 
 bool ServiceLoop::Sleep(Duration timeout) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   return WaitFor(lock, timeout, [] { return false; });
 }
 
 void ServiceLoop::MarkRound() {
   const auto now = clock_.Now();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   last_round_ = now;
 }
 
 std::chrono::steady_clock::time_point ServiceLoop::last_round() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return last_round_;
 }
 

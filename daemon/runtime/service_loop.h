@@ -41,6 +41,7 @@
 
 #include <spdlog/common.h>
 
+#include "core/thread_annotations.h"
 #include "runtime/outage_log.h"
 #include "runtime/service_clock.h"
 #include "runtime/retry_backoff.h"
@@ -61,70 +62,76 @@ class ServiceLoop {
   // requested (every Wait function returns true then). A loop may start
   // more than one thread (the lease keeper's timer): they share the stop,
   // the mutex and the condition, and Stop joins them all.
-  void Start(std::function<void()> body);
+  void Start(std::function<void()> body) EXCLUDES(mu_);
   // Requests the stop: sets the flag, wakes every Wait and signals stop_fd().
-  void RequestStop();
+  void RequestStop() EXCLUDES(mu_);
   // RequestStop, then joins the threads (if any was started). Idempotent.
-  void Stop();
+  void Stop() EXCLUDES(mu_);
   // True once Start was called. The _locked form requires mu().
-  bool started() const;
-  bool started_locked() const { return started_; }
+  bool started() const EXCLUDES(mu_);
+  bool started_locked() const REQUIRES(mu_) { return started_; }
 
   // The loop's mutex and condition: the owner guards the state it shares
   // with the thread by mu() and wakes the thread with Notify().
-  std::mutex& mu() const { return mu_; }
+  Mutex& mu() const RETURN_CAPABILITY(mu_) { return mu_; }
   void Notify() { cv_.notify_all(); }
 
   // True once stop was requested. The _locked form requires mu().
-  bool stop_requested() const;
-  bool stop_requested_locked() const { return stopping_; }
+  bool stop_requested() const EXCLUDES(mu_);
+  bool stop_requested_locked() const REQUIRES(mu_) { return stopping_; }
 
   // With `lock` holding mu(): waits until `ready()`, the stop, or the
   // timeout or deadline; returns true when stop was requested.
+  //
+  // `ready` runs with mu() held: a lambda reading guarded members says so
+  // with REQUIRES(loop.mu()). (The condition calls it from the standard
+  // library, where clang's analysis does not look, with mu() held; the
+  // kit's own wrapper is exempt because clang cannot see that `this->mu_`
+  // and the caller's `loop_.mu()` are one mutex.)
   template <typename Ready>
-  bool WaitFor(std::unique_lock<std::mutex>& lock, Duration timeout, Ready&& ready) {
-    cv_.wait_for(lock, timeout, [&] { return stopping_ || ready(); });
+  bool WaitFor(MutexLock& lock, Duration timeout, Ready&& ready) REQUIRES(mu_) {
+    cv_.wait_for(lock, timeout, [&]() NO_THREAD_SAFETY_ANALYSIS { return stopping_ || ready(); });
     return stopping_;
   }
   template <typename Ready>
-  bool WaitUntil(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline,
-                 Ready&& ready) {
-    cv_.wait_until(lock, deadline, [&] { return stopping_ || ready(); });
+  bool WaitUntil(MutexLock& lock, std::chrono::steady_clock::time_point deadline, Ready&& ready)
+      REQUIRES(mu_) {
+    cv_.wait_until(lock, deadline, [&]() NO_THREAD_SAFETY_ANALYSIS { return stopping_ || ready(); });
     return stopping_;
   }
   template <typename Ready>
-  void Wait(std::unique_lock<std::mutex>& lock, Ready&& ready) {
-    cv_.wait(lock, [&] { return stopping_ || ready(); });
+  void Wait(MutexLock& lock, Ready&& ready) REQUIRES(mu_) {
+    cv_.wait(lock, [&]() NO_THREAD_SAFETY_ANALYSIS { return stopping_ || ready(); });
   }
   // Waits until `ready()` or the timeout, NOT woken by the stop: for a loop
   // that keeps working for a while after stop is requested (the finisher
   // writes what is pending until its deadline).
   template <typename Ready>
-  void WaitForIgnoringStop(std::unique_lock<std::mutex>& lock, Duration timeout, Ready&& ready) {
+  void WaitForIgnoringStop(MutexLock& lock, Duration timeout, Ready&& ready) REQUIRES(mu_) {
     cv_.wait_for(lock, timeout, std::forward<Ready>(ready));
   }
   // Sleeps `timeout` or until stop (or a Notify); returns true when stop
   // was requested.
-  bool Sleep(Duration timeout);
+  bool Sleep(Duration timeout) EXCLUDES(mu_);
 
   // An eventfd that turns readable once stop is requested: for loops that
   // wait in poll(2) on a socket (the notify listener).
   int stop_fd() const { return stop_fd_; }
 
   // Records that a round finished now (by the clock), for the watchdog.
-  void MarkRound();
+  void MarkRound() EXCLUDES(mu_);
   // When the last round finished; the start time before the first.
-  std::chrono::steady_clock::time_point last_round() const;
+  std::chrono::steady_clock::time_point last_round() const EXCLUDES(mu_);
 
   const ServiceClock& clock() const { return clock_; }
 
  private:
   const ServiceClock& clock_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;                                  // guarded by mu_
-  bool started_ = false;                                   // guarded by mu_
-  std::chrono::steady_clock::time_point last_round_;       // guarded by mu_
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool started_ GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point last_round_ GUARDED_BY(mu_);
   int stop_fd_ = -1;
   std::vector<std::thread> threads_;  // the owner's thread only
 };

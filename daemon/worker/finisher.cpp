@@ -56,7 +56,7 @@ void Finisher::Submit(FinishItem item) {
   item.job.args_json.clear();
   item.job.args_json.shrink_to_fit();
   {
-    std::lock_guard lock(loop_.mu());
+    MutexLock lock(loop_.mu());
     pending_.push_back(std::move(item));
   }
   loop_.Notify();
@@ -64,14 +64,14 @@ void Finisher::Submit(FinishItem item) {
 
 void Finisher::Stop(std::chrono::steady_clock::time_point deadline) {
   {
-    std::lock_guard lock(loop_.mu());
+    MutexLock lock(loop_.mu());
     deadline_ = deadline;
   }
   loop_.Stop();
 }
 
 std::int64_t Finisher::statements() const {
-  std::lock_guard lock(loop_.mu());
+  MutexLock lock(loop_.mu());
   return statements_;
 }
 
@@ -79,8 +79,8 @@ void Finisher::Loop() {
   std::deque<FinishItem> batch;
   for (;;) {
     {
-      std::unique_lock lock(loop_.mu());
-      loop_.Wait(lock, [&] { return !pending_.empty() || !batch.empty(); });
+      MutexLock lock(loop_.mu());
+      loop_.Wait(lock, [&]() REQUIRES(loop_.mu()) { return !pending_.empty() || !batch.empty(); });
       while (!pending_.empty() && batch.size() < kMaxBatch) {
         batch.push_back(std::move(pending_.front()));
         pending_.pop_front();
@@ -104,8 +104,8 @@ void Finisher::Loop() {
     }
     // The database is away: keep the batch and try again, until shutdown's
     // deadline; then the rescue recovers these jobs.
-    std::unique_lock lock(loop_.mu());
-    const auto past_deadline = [&] {
+    MutexLock lock(loop_.mu());
+    const auto past_deadline = [&]() REQUIRES(loop_.mu()) {
       return loop_.stop_requested_locked() && std::chrono::steady_clock::now() >= deadline_;
     };
     if (past_deadline()) {
@@ -226,7 +226,7 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       }
     }
     {
-      std::lock_guard lock(loop_.mu());
+      MutexLock lock(loop_.mu());
       ++statements_;
     }
     for (std::size_t k = 0; k < members.size(); ++k) {

@@ -23,6 +23,7 @@
 #include "metrics/worker_metrics.h"
 #include "worker/job_finish.h"
 #include "runtime/service_loop.h"
+#include "core/thread_annotations.h"
 
 namespace akadzed {
 
@@ -92,9 +93,9 @@ class Finisher {
   const TransitionHooks* hooks_;  // may be null
   // The thread, its stop, and the mutex (loop_.mu()) guarding:
   ServiceLoop loop_;
-  std::deque<FinishItem> pending_;                      // guarded by loop_.mu()
-  std::chrono::steady_clock::time_point deadline_{};    // guarded by loop_.mu()
-  std::int64_t statements_ = 0;                         // guarded by loop_.mu()
+  std::deque<FinishItem> pending_ GUARDED_BY(loop_.mu());
+  std::chrono::steady_clock::time_point deadline_ GUARDED_BY(loop_.mu()) = {};
+  std::int64_t statements_ GUARDED_BY(loop_.mu()) = 0;
 };
 
 }  // namespace akadzed

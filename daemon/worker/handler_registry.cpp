@@ -12,7 +12,9 @@ namespace {
 
 template <typename Action>
 void ForEachHandler(const DaemonConfig& config, Action&& action) {
-  for (const auto& [task, handler] : config.handlers) {
+  for (const auto& entry : config.handlers) {
+    const std::string& task = entry.first;
+    const HandlerConfig& handler = entry.second;
     auto refuse = [&](const std::string& why) {
       return ConfigError(fmt::format("{}:{}: handlers.{}: {}", config.path, handler.line, task, why));
     };
@@ -72,7 +74,7 @@ std::unique_ptr<TransitionHooks> BuildHooks(const DaemonConfig& config) {
 }
 
 std::shared_ptr<JobHandler> HandlerRegistry::Find(const std::string& task) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = handlers_.find(task);
   return it == handlers_.end() ? nullptr : it->second;
 }
@@ -80,7 +82,7 @@ std::shared_ptr<JobHandler> HandlerRegistry::Find(const std::string& task) const
 void HandlerRegistry::Replace(HandlerMap handlers) {
   HandlerMap old;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     old.swap(handlers_);
     handlers_ = std::move(handlers);
   }

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "handlers/job_handler.h"
 #include "hooks/transition_hooks.h"
+#include "core/thread_annotations.h"
 
 namespace akadzed {
 
@@ -40,8 +41,8 @@ class HandlerRegistry {
   void Replace(HandlerMap handlers);
 
  private:
-  mutable std::mutex mu_;
-  HandlerMap handlers_;  // guarded by mu_
+  mutable Mutex mu_;
+  HandlerMap handlers_ GUARDED_BY(mu_);
 };
 
 }  // namespace akadzed

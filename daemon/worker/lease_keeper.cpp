@@ -35,7 +35,7 @@ void LeaseKeeper::Register() {
   const auto sent = loop_.clock().Now();
   session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
   {
-    std::lock_guard lock(loop_.mu());
+    MutexLock lock(loop_.mu());
     lease_until_ = sent + std::chrono::microseconds(lease_span_us());
   }
   loop_.MarkRound();
@@ -69,7 +69,7 @@ void LeaseKeeper::RunRound() {
 
 void LeaseKeeper::SetLeaseSpan(std::int64_t lease_span_us) {
   {
-    std::lock_guard lock(loop_.mu());
+    MutexLock lock(loop_.mu());
     // A shorter span shortens the running lease too.
     const std::int64_t shorter_by = lease_span_us_.load(std::memory_order_relaxed) - lease_span_us;
     if (shorter_by > 0) lease_until_ -= std::chrono::microseconds(shorter_by);
@@ -92,30 +92,30 @@ void LeaseKeeper::Stop(bool deregister) {
 void LeaseKeeper::SetHeldJobs(std::function<HeldJobs()> held_jobs) {
   // Waits for a call in flight: after SetHeldJobs(nullptr) returns, what the
   // old function reads may go.
-  std::lock_guard lock(held_jobs_mu_);
+  MutexLock lock(held_jobs_mu_);
   held_jobs_ = std::move(held_jobs);
 }
 
 std::optional<HeldJobs> LeaseKeeper::ReadHeldJobs() {
-  std::lock_guard lock(held_jobs_mu_);
+  MutexLock lock(held_jobs_mu_);
   if (!held_jobs_) return std::nullopt;
   return held_jobs_();
 }
 
 std::string LeaseKeeper::worker_id() const {
-  std::lock_guard lock(loop_.mu());
+  MutexLock lock(loop_.mu());
   return identity_.id;
 }
 
 WorkerIdentity LeaseKeeper::worker_identity() const {
-  std::lock_guard lock(loop_.mu());
+  MutexLock lock(loop_.mu());
   return identity_;
 }
 
 std::chrono::steady_clock::time_point LeaseKeeper::last_round() const { return loop_.last_round(); }
 
 void LeaseKeeper::TimerLoop() {
-  std::unique_lock lock(loop_.mu());
+  MutexLock lock(loop_.mu());
   while (!loop_.stop_requested_locked()) {
     if (!held_.load(std::memory_order_acquire)) {
       loop_.Wait(lock, [&] { return held_.load(std::memory_order_acquire); });  // a round regains it
@@ -123,7 +123,7 @@ void LeaseKeeper::TimerLoop() {
     }
     if (loop_.clock().Now() < lease_until_) {
       // A heartbeat moves it on (and notifies); looked at again then.
-      loop_.WaitUntil(lock, lease_until_, [&, until = lease_until_] { return lease_until_ != until; });
+      loop_.WaitUntil(lock, lease_until_, [&, until = lease_until_]() REQUIRES(loop_.mu()) { return lease_until_ != until; });
       continue;
     }
     lock.unlock();
@@ -136,7 +136,7 @@ bool LeaseKeeper::ExpireLeaseIfDue() {
   std::string id;
   int stopped = 0;
   {
-    std::lock_guard lock(loop_.mu());
+    MutexLock lock(loop_.mu());
     if (!held_.load(std::memory_order_acquire) || loop_.clock().Now() < lease_until_) return false;
     held_.store(false, std::memory_order_release);
     reregister_ = true;
@@ -212,7 +212,7 @@ void LeaseKeeper::Round() {
   WorkerIdentity identity;
   bool reregister;
   {
-    std::lock_guard lock(loop_.mu());
+    MutexLock lock(loop_.mu());
     identity = identity_;
     reregister = reregister_;
   }
@@ -234,7 +234,7 @@ void LeaseKeeper::Round() {
     {
       // Lost first, so that an executor about to start a job of the old
       // id sees it (QueueRunner::Execute) and the timer does not stop twice.
-      std::lock_guard lock(loop_.mu());
+      MutexLock lock(loop_.mu());
       held_.store(false, std::memory_order_release);
       reregister_ = true;
       stopped = running_.RequestStopAll(StopReason::kLeaseLost);
@@ -251,7 +251,7 @@ void LeaseKeeper::Round() {
   }
   bool regained = false;
   {
-    std::lock_guard lock(loop_.mu());
+    MutexLock lock(loop_.mu());
     // The lease expired while this heartbeat was in flight: its jobs are
     // already stopped; the next round registers a new id.
     if (reregister_ && !reregister) return;

@@ -49,6 +49,7 @@
 #include "runtime/service_loop.h"
 #include "worker/running_jobs.h"
 #include "worker/worker_lease.h"
+#include "core/thread_annotations.h"
 
 namespace akadzed {
 
@@ -122,8 +123,8 @@ class LeaseKeeper {
   // Held while the function is called (it reads the runners), so that
   // SetHeldJobs(nullptr) waits for a call in flight; taken before any
   // runner's mutex, never the other way round.
-  std::mutex held_jobs_mu_;
-  std::function<HeldJobs()> held_jobs_;  // guarded by held_jobs_mu_
+  Mutex held_jobs_mu_;
+  std::function<HeldJobs()> held_jobs_ GUARDED_BY(held_jobs_mu_);
   // Orphans the last round saw (id, run_count); the loop thread only.
   std::set<std::pair<std::int64_t, std::int32_t>> orphan_candidates_;
   std::set<std::int64_t> skipped_logged_;  // rescue_skipped jobs named once; the loop thread only
@@ -137,9 +138,9 @@ class LeaseKeeper {
   // The heartbeat thread and the timer, their stop, and the mutex
   // (loop_.mu()) guarding:
   ServiceLoop loop_;
-  WorkerIdentity identity_;                                  // guarded by loop_.mu()
-  std::chrono::steady_clock::time_point lease_until_;        // guarded by loop_.mu()
-  bool reregister_ = false;  // lease was lost: take a new id; guarded by loop_.mu()
+  WorkerIdentity identity_ GUARDED_BY(loop_.mu());
+  std::chrono::steady_clock::time_point lease_until_ GUARDED_BY(loop_.mu());
+  bool reregister_ GUARDED_BY(loop_.mu()) = false;  // lease was lost: take a new id
 };
 
 }  // namespace akadzed

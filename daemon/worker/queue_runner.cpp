@@ -55,13 +55,13 @@ void QueueRunner::Start() {
 void QueueRunner::StopClaiming() { claim_loop_.RequestStop(); }
 
 bool QueueRunner::WaitDrained(Clock::time_point deadline) {
-  std::unique_lock lock(claim_loop_.mu());
-  return drained_cv_.wait_until(lock, deadline, [&] { return busy_ == 0; });
+  MutexLock lock(claim_loop_.mu());
+  return drained_cv_.wait_until(lock, deadline, [&]() REQUIRES(claim_loop_.mu()) { return busy_ == 0; });
 }
 
 void QueueRunner::Join() {
   {
-    std::lock_guard lock(claim_loop_.mu());
+    MutexLock lock(claim_loop_.mu());
     executors_stop_ = true;
   }
   work_cv_.notify_all();
@@ -74,19 +74,19 @@ void QueueRunner::Join() {
 
 void QueueRunner::Wake() {
   {
-    std::lock_guard lock(claim_loop_.mu());
+    MutexLock lock(claim_loop_.mu());
     wake_ = true;
   }
   claim_loop_.Notify();
 }
 
 int QueueRunner::busy_slots() const {
-  std::lock_guard lock(claim_loop_.mu());
+  MutexLock lock(claim_loop_.mu());
   return busy_;
 }
 
 HeldJobs QueueRunner::held_jobs() const {
-  std::lock_guard lock(claim_loop_.mu());
+  MutexLock lock(claim_loop_.mu());
   HeldJobs held{{held_.begin(), held_.end()}, claim_in_flight_ ? 1 : 0, claims_started_, std::nullopt};
   if (claim_in_flight_) held.oldest_claim_since = claim_since_;
   return held;
@@ -110,7 +110,7 @@ void QueueRunner::ClaimLoop() {
     int free_slots;
     Clock::time_point round_start;
     {
-      std::lock_guard lock(claim_loop_.mu());
+      MutexLock lock(claim_loop_.mu());
       if (claim_loop_.stop_requested_locked()) break;
       round_start = claim_loop_.clock().Now();
       free_slots = queue_.slots - busy_;
@@ -164,7 +164,7 @@ void QueueRunner::ClaimLoop() {
         // In flight for the lease keeper's reconcile (held_jobs()) until its
         // jobs are in held_ below, or it failed.
         {
-          std::lock_guard lock(claim_loop_.mu());
+          MutexLock lock(claim_loop_.mu());
           claim_in_flight_ = true;
           claim_since_ = Clock::now();
           ++claims_started_;
@@ -172,7 +172,7 @@ void QueueRunner::ClaimLoop() {
         struct InFlight {
           QueueRunner& runner;
           ~InFlight() {
-            std::lock_guard lock(runner.claim_loop_.mu());
+            MutexLock lock(runner.claim_loop_.mu());
             runner.claim_in_flight_ = false;
           }
         } in_flight{*this};
@@ -212,7 +212,7 @@ void QueueRunner::ClaimLoop() {
         if (!result.jobs.empty()) {
           spdlog::info("claim queue={} jobs={} free_slots={} ms={:.1f}", LogValue(queue_.name),
                        result.jobs.size(), free_slots, result.elapsed_ms);
-          std::lock_guard lock(claim_loop_.mu());
+          MutexLock lock(claim_loop_.mu());
           busy_ += static_cast<int>(result.jobs.size());
           for (ClaimedJob& job : result.jobs) {
             held_.insert(job.id);
@@ -249,10 +249,10 @@ void QueueRunner::ClaimLoop() {
     }
     claim_loop_.MarkRound();
     if (full) continue;
-    std::unique_lock lock(claim_loop_.mu());
+    MutexLock lock(claim_loop_.mu());
     // A slot freed since the claim counts as a wake-up. The wait ends `delay`
     // after the round started: the claim's own time is part of the interval.
-    claim_loop_.WaitUntil(lock, round_start + delay, [&] {
+    claim_loop_.WaitUntil(lock, round_start + delay, [&]() REQUIRES(claim_loop_.mu()) {
       return wake_ || (queue_.slots - busy_ > free_slots && lease_.held());
     });
   }
@@ -273,8 +273,8 @@ void QueueRunner::ExecutorLoop() {
     Claimed claimed;
     bool more = false;
     {
-      std::unique_lock lock(claim_loop_.mu());
-      work_cv_.wait(lock, [&] { return executors_stop_ || !ready_.empty(); });
+      MutexLock lock(claim_loop_.mu());
+      work_cv_.wait(lock, [&]() REQUIRES(claim_loop_.mu()) { return executors_stop_ || !ready_.empty(); });
       if (ready_.empty()) return;
       claimed = std::move(ready_.front());
       ready_.pop_front();
@@ -353,7 +353,7 @@ void QueueRunner::Execute(Claimed claimed) {
 
 void QueueRunner::FreeSlot(std::int64_t job_id) {
   {
-    std::lock_guard lock(claim_loop_.mu());
+    MutexLock lock(claim_loop_.mu());
     if (auto it = held_.find(job_id); it != held_.end()) held_.erase(it);
     --busy_;
     if (busy_ == 0) drained_cv_.notify_all();
@@ -376,7 +376,7 @@ int QueueRunner::ReleaseInDoubtClaim(const std::string& worker_id) {
   // finish recorded and is no longer running under us.
   std::vector<std::int64_t> held;
   {
-    std::lock_guard lock(claim_loop_.mu());
+    MutexLock lock(claim_loop_.mu());
     held.assign(held_.begin(), held_.end());
   }
   return session_.Run([&](pg::Connection& c) {

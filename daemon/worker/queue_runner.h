@@ -42,6 +42,7 @@
 #include "worker/handler_registry.h"
 #include "worker/lease_keeper.h"
 #include "worker/running_jobs.h"
+#include "core/thread_annotations.h"
 
 namespace akadzed {
 
@@ -112,19 +113,19 @@ class QueueRunner {
   // members marked so below, which the executors share.
   ServiceLoop claim_loop_;
   std::vector<std::thread> executors_;
-  std::condition_variable work_cv_;      // wakes executors
-  std::condition_variable drained_cv_;   // busy_ reached 0
-  std::deque<Claimed> ready_;            // guarded by claim_loop_.mu()
-  int busy_ = 0;                         // claimed, finish not recorded; guarded by claim_loop_.mu()
-  std::unordered_multiset<std::int64_t> held_;  // ids of those busy slots; guarded by claim_loop_.mu()
+  std::condition_variable_any work_cv_;      // wakes executors
+  std::condition_variable_any drained_cv_;   // busy_ reached 0
+  std::deque<Claimed> ready_ GUARDED_BY(claim_loop_.mu());
+  int busy_ GUARDED_BY(claim_loop_.mu()) = 0;  // claimed, finish not recorded
+  std::unordered_multiset<std::int64_t> held_ GUARDED_BY(claim_loop_.mu());  // ids of those busy slots
   // Jobs a transition hook refused at the claim, passed over until then;
   // the claim thread only.
   std::unordered_map<std::int64_t, std::chrono::steady_clock::time_point> refused_;
-  bool executors_stop_ = false;          // guarded by claim_loop_.mu()
-  bool wake_ = false;                    // guarded by claim_loop_.mu()
-  bool claim_in_flight_ = false;         // guarded by claim_loop_.mu()
-  std::chrono::steady_clock::time_point claim_since_;  // when the claim in flight began; guarded by claim_loop_.mu()
-  std::uint64_t claims_started_ = 0;     // guarded by claim_loop_.mu()
+  bool executors_stop_ GUARDED_BY(claim_loop_.mu()) = false;
+  bool wake_ GUARDED_BY(claim_loop_.mu()) = false;
+  bool claim_in_flight_ GUARDED_BY(claim_loop_.mu()) = false;
+  std::chrono::steady_clock::time_point claim_since_ GUARDED_BY(claim_loop_.mu());  // when the claim in flight began
+  std::uint64_t claims_started_ GUARDED_BY(claim_loop_.mu()) = 0;
 };
 
 }  // namespace akadzed

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "handlers/job_handler.h"
+#include "core/thread_annotations.h"
 
 namespace akadzed {
 
@@ -35,9 +36,9 @@ class RunningJobs {
   std::size_t size() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::pair<std::int64_t, std::int32_t>, JobStop*> jobs_;  // guarded by mu_
-  StopReason latched_ = StopReason::kNone;         // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::pair<std::int64_t, std::int32_t>, JobStop*> jobs_ GUARDED_BY(mu_);
+  StopReason latched_ GUARDED_BY(mu_) = StopReason::kNone;
 };
 
 }  // namespace akadzed

@@ -94,7 +94,7 @@ TEST_CASE("ServiceLoop: a stop wakes every wait, the stop fd and joins the threa
   });
   std::atomic<bool> second_returned{false};
   loop.Start([&] {
-    std::unique_lock lock(loop.mu());
+    MutexLock lock(loop.mu());
     loop.Wait(lock, [] { return false; });
     second_returned = loop.stop_requested_locked();
   });
