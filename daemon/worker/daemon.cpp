@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "claim/claim_transaction.h"
+#include "config/config_keys.h"
 #include "core/duration.h"
 #include "core/redact.h"
 #include "metrics/monitoring.h"
@@ -66,8 +67,8 @@ void CheckSchema(const std::string& conninfo) {
   }
 }
 
-// Applies SIGHUP: new handlers and logging; database, worker and queue
-// changes need a restart.
+// Applies SIGHUP: new handlers and logging; which keys need a restart
+// instead is config/config_keys.cpp's table.
 void Reload(const DaemonConfig& running, HandlerRegistry& handlers, LeaseKeeper& lease) {
   ReopenLogFile();  // whether or not the config loads: logrotate moved the file
   try {
@@ -83,33 +84,8 @@ void Reload(const DaemonConfig& running, HandlerRegistry& handlers, LeaseKeeper&
     lease.SetLeaseSpan(std::min(lease.lease_span_us(), LeaseSpanUs(running.worker, grace)));
     handlers.Replace(BuildHandlers(fresh));
     ConfigureLogging(fresh.logging);
-    bool restart_needed = fresh.database.url != running.database.url ||
-                          fresh.database.stall_timeout_us != running.database.stall_timeout_us ||
-                          fresh.queues.size() != running.queues.size();
-    for (std::size_t i = 0; !restart_needed && i < fresh.queues.size(); ++i) {
-      const QueueConfig& a = fresh.queues[i];
-      const QueueConfig& b = running.queues[i];
-      restart_needed = a.name != b.name || a.slots != b.slots || a.mode != b.mode || a.aging_us != b.aging_us;
-    }
-    const WorkerConfig& w = fresh.worker;
-    const WorkerConfig& v = running.worker;
-    restart_needed = restart_needed || w.heartbeat_interval_us != v.heartbeat_interval_us ||
-                     w.heartbeat_ttl_us != v.heartbeat_ttl_us ||
-                     w.poll_interval_us != v.poll_interval_us ||
-                     w.shutdown_timeout_us != v.shutdown_timeout_us ||
-                     w.listen_notify != v.listen_notify;
-    auto names = [](const auto& entries) {
-      std::vector<std::string> out;
-      for (const auto& e : entries) out.push_back(e.name);
-      return out;
-    };
-    restart_needed = restart_needed || names(fresh.periodic) != names(running.periodic) ||
-                     names(fresh.hooks) != names(running.hooks) ||
-                     fresh.metrics.enabled != running.metrics.enabled ||
-                     fresh.metrics.host != running.metrics.host ||
-                     fresh.metrics.port != running.metrics.port;
     spdlog::info("reload config={} handlers={}", LogValue(running.path), fresh.handlers.size());
-    if (restart_needed) {
+    if (!RestartKeysChanged(running, fresh).empty()) {
       spdlog::warn("reload config={} | database, worker, queues, periodic, hooks and metrics changes take "
                    "effect on restart",
                    LogValue(running.path));

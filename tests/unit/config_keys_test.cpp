@@ -1,0 +1,138 @@
+// The config key table (config/config_keys.h) against the parser: every
+// mapping the parser reads accepts exactly the table's keys of its section,
+// and every restart key the reload compares is found changed when, and only
+// when, it changed.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "config/config_keys.h"
+
+namespace akadzed {
+namespace {
+
+const std::string kQueues = "queues:\n  - {name: default, slots: 1}\n";
+const std::string kHandlers = "handlers:\n  echo:\n    shell: {command: [echo, hi]}\n";
+const std::string kBase = kQueues + kHandlers;
+
+// For each mapping the parser reads with known keys (as the table names its
+// section), a config with an unknown key `zz` in it.
+const std::map<std::string, std::string> kUnknownKeyIn = {
+    {"", kBase + "zz: 1\n"},
+    {"database", kBase + "database: {zz: 1}\n"},
+    {"worker", kBase + "worker: {zz: 1}\n"},
+    {"queues[]", "queues:\n  - {name: default, slots: 1, zz: 1}\n" + kHandlers},
+    {"handlers.*", kQueues + "handlers:\n  echo: {zz: 1}\n"},
+    {"handlers.*.shell", kQueues + "handlers:\n  echo: {shell: {command: [echo], zz: 1}}\n"},
+    {"handlers.*.plugin", kQueues + "handlers:\n  p: {plugin: {path: libx.so, zz: 1}}\n"},
+    {"periodic.*", kBase + "periodic:\n  tick: {every: 1m, zz: 1}\n"},
+    {"hooks[]", kBase + "hooks:\n  - {name: h, sql: SELECT 1, zz: 1}\n"},
+    {"hooks[].plugin", kBase + "hooks:\n  - {name: h, plugin: {path: libx.so, zz: 1}}\n"},
+    {"pruning", kBase + "pruning: {zz: 1}\n"},
+    {"logging", kBase + "logging: {zz: 1}\n"},
+    {"metrics", kBase + "metrics: {zz: 1}\n"},
+};
+
+// The "known: a, b" list of an unknown-key error, or the whole message.
+std::vector<std::string> KnownKeysInError(const std::string& text) {
+  std::string message = "loaded";
+  try {
+    ParseConfig(text, "/nonexistent/config.yaml");
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  const std::string marker = "unknown key (known: ";
+  const std::size_t at = message.find(marker);
+  if (at == std::string::npos || message.back() != ')') return {message};
+  std::vector<std::string> keys;
+  std::string list = message.substr(at + marker.size());
+  list.pop_back();
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = list.find(", ", start);
+    keys.push_back(list.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 2;
+  }
+  return keys;
+}
+
+TEST_CASE("the key table lists exactly the keys the parser accepts", "[config]") {
+  std::set<std::string> sections;
+  for (const ConfigKey& key : ConfigKeys()) sections.insert(std::string(key.section));
+  std::set<std::string> probed;
+  for (const auto& [section, text] : kUnknownKeyIn) probed.insert(section);
+  // A section added to the table needs its probe here, and the other way round.
+  CHECK(sections == probed);
+  for (const auto& [section, text] : kUnknownKeyIn) {
+    INFO("section '" << section << "'");
+    std::vector<std::string> table;
+    for (std::string_view name : KeysOf(section)) table.emplace_back(name);
+    CHECK(KnownKeysInError(text) == table);
+  }
+  CHECK_THROWS_AS(KeysOf("no.such.section"), std::logic_error);
+}
+
+// Two configs differing in one key: the first is kBase plus `a`, the second
+// kBase plus `b` (or a whole text when it starts with "queues:").
+struct Change {
+  std::string a, b;
+};
+
+DaemonConfig Load(const std::string& text) {
+  return ParseConfig(text.rfind("queues:", 0) == 0 ? text : kBase + text, "/nonexistent/config.yaml");
+}
+
+TEST_CASE("a reload finds each changed restart key, and only that one", "[config]") {
+  const std::string two_queues = "queues:\n  - {name: default, slots: 1}\n  - {name: b, slots: 1}\n" + kHandlers;
+  const std::map<std::string, Change> changes = {
+      {"queues", {"", two_queues}},
+      {"periodic", {"periodic: {a: {every: 1m}}\n", "periodic: {b: {every: 1m}}\n"}},
+      {"hooks", {"", "hooks: [{name: h, sql: SELECT 1}]\n"}},
+      {"database.url", {"", "database: {url: 'host=elsewhere'}\n"}},
+      {"database.stall_timeout", {"database: {stall_timeout: 1s}\n", "database: {stall_timeout: 2s}\n"}},
+      {"worker.heartbeat_interval", {"", "worker: {heartbeat_interval: 4s}\n"}},
+      {"worker.heartbeat_ttl", {"", "worker: {heartbeat_ttl: 40s}\n"}},
+      {"worker.poll_interval", {"", "worker: {poll_interval: 2s}\n"}},
+      {"worker.shutdown_timeout", {"", "worker: {shutdown_timeout: 1s}\n"}},
+      {"worker.listen_notify", {"", "worker: {listen_notify: true}\n"}},
+      {"queues[].name", {kBase, "queues:\n  - {name: other, slots: 1}\n" + kHandlers}},
+      {"queues[].slots", {kBase, "queues:\n  - {name: default, slots: 2}\n" + kHandlers}},
+      {"queues[].mode", {kBase, "queues:\n  - {name: default, slots: 1, mode: fair}\n" + kHandlers}},
+      {"queues[].aging", {kBase, "queues:\n  - {name: default, slots: 1, aging: 1m}\n" + kHandlers}},
+      {"hooks[].name", {"hooks: [{name: h, sql: SELECT 1}]\n", "hooks: [{name: g, sql: SELECT 1}]\n"}},
+      {"metrics.enabled", {"", "metrics: {enabled: false}\n"}},
+      {"metrics.listen", {"", "metrics: {listen: '127.0.0.1:9465'}\n"}},
+  };
+  for (const ConfigKey& key : ConfigKeys()) {
+    if (key.on_reload != OnReload::kRestart || !key.differs) continue;
+    INFO(key.Path());
+    const auto change = changes.find(key.Path());
+    REQUIRE(change != changes.end());  // every compared restart key has a case here
+    const DaemonConfig a = Load(change->second.a);
+    const DaemonConfig b = Load(change->second.b);
+    CHECK(RestartKeysChanged(a, a).empty());
+    CHECK(RestartKeysChanged(a, b) == std::vector<std::string>{key.Path()});
+  }
+  for (const auto& [path, change] : changes) {
+    INFO(path);
+    bool compared = false;
+    for (const ConfigKey& key : ConfigKeys()) compared |= key.Path() == path && key.differs;
+    CHECK(compared);
+  }
+}
+
+TEST_CASE("handler and logging changes reload without a restart", "[config]") {
+  const DaemonConfig running = Load("");
+  const DaemonConfig fresh = Load(
+      kQueues + "logging: {level: debug, format: json}\n"
+      "handlers:\n  echo:\n    shell: {command: [echo, bye], timeout: 5s, kill_grace: 1s}\n"
+      "  p:\n    plugin: {path: libx.so, config: {a: 1}}\n");
+  CHECK(RestartKeysChanged(running, fresh).empty());
+}
+
+}  // namespace
+}  // namespace akadzed
