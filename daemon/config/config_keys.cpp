@@ -1,7 +1,9 @@
 #include "config/config_keys.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
+#include <variant>
 
 namespace akadzed {
 
@@ -23,6 +25,18 @@ std::vector<std::string> Names(const std::vector<T>& entries) {
   std::vector<std::string> names;
   for (const T& e : entries) names.push_back(e.name);
   return names;
+}
+
+// A periodic entry's cron text, or "" for an `every` entry.
+std::string Cron(const PeriodicConfig& p) {
+  const auto* cron = std::get_if<CronSchedule>(&p.schedule.rule);
+  return cron ? cron->Text() : "";
+}
+
+// A periodic entry's `every` interval, or 0 for a cron entry.
+std::int64_t Every(const PeriodicConfig& p) {
+  const auto* every = std::get_if<EverySchedule>(&p.schedule.rule);
+  return every ? every->IntervalUs() : 0;
 }
 
 constexpr OnReload kApplied = OnReload::kApplied;
@@ -68,29 +82,29 @@ const ConfigKey kKeys[] = {
     {"handlers.*.plugin", "config", kApplied, nullptr},
     {"handlers.*.plugin", "timeout", kApplied, nullptr},
 
-    {"periodic.*", "cron", kRestart, nullptr},
-    {"periodic.*", "every", kRestart, nullptr},
-    {"periodic.*", "task", kRestart, nullptr},
-    {"periodic.*", "queue", kRestart, nullptr},
-    {"periodic.*", "args", kRestart, nullptr},
-    {"periodic.*", "priority", kRestart, nullptr},
-    {"periodic.*", "max_attempts", kRestart, nullptr},
-    {"periodic.*", "overlap", kRestart, nullptr},
-    {"periodic.*", "grace", kRestart, nullptr},
+    {"periodic.*", "cron", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return Cron(e); }); }},
+    {"periodic.*", "every", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return Every(e); }); }},
+    {"periodic.*", "task", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.task; }); }},
+    {"periodic.*", "queue", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.queue; }); }},
+    {"periodic.*", "args", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.args_json; }); }},
+    {"periodic.*", "priority", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.priority; }); }},
+    {"periodic.*", "max_attempts", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.max_attempts; }); }},
+    {"periodic.*", "overlap", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.overlap; }); }},
+    {"periodic.*", "grace", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.grace_us; }); }},
 
     {"hooks[]", "name", kRestart, [](Config a, Config b) { return AnyDiffers(a.hooks, b.hooks, [](const HookConfig& h) { return h.name; }); }},
-    {"hooks[]", "from", kRestart, nullptr},
-    {"hooks[]", "to", kRestart, nullptr},
-    {"hooks[]", "sql", kRestart, nullptr},
-    {"hooks[]", "plugin", kRestart, nullptr},
-    {"hooks[].plugin", "path", kRestart, nullptr},
-    {"hooks[].plugin", "config", kRestart, nullptr},
-    {"hooks[].plugin", "timeout", kRestart, nullptr},
+    {"hooks[]", "from", kRestart, [](Config a, Config b) { return AnyDiffers(a.hooks, b.hooks, [](const HookConfig& e) { return e.from; }); }},
+    {"hooks[]", "to", kRestart, [](Config a, Config b) { return AnyDiffers(a.hooks, b.hooks, [](const HookConfig& e) { return e.to; }); }},
+    {"hooks[]", "sql", kRestart, [](Config a, Config b) { return AnyDiffers(a.hooks, b.hooks, [](const HookConfig& e) { return e.sql; }); }},
+    {"hooks[]", "plugin", kPerKey, nullptr},
+    {"hooks[].plugin", "path", kRestart, [](Config a, Config b) { return AnyDiffers(a.hooks, b.hooks, [](const HookConfig& e) { return e.plugin ? std::optional(e.plugin->path) : std::nullopt; }); }},
+    {"hooks[].plugin", "config", kRestart, [](Config a, Config b) { return AnyDiffers(a.hooks, b.hooks, [](const HookConfig& e) { return e.plugin ? std::optional(e.plugin->config_json) : std::nullopt; }); }},
+    {"hooks[].plugin", "timeout", kRestart, [](Config a, Config b) { return AnyDiffers(a.hooks, b.hooks, [](const HookConfig& e) { return e.plugin ? std::optional(e.plugin->timeout_us) : std::nullopt; }); }},
 
-    {"pruning", "enabled", kRestart, nullptr},
-    {"pruning", "retention", kRestart, nullptr},
-    {"pruning", "interval", kRestart, nullptr},
-    {"pruning", "batch_size", kRestart, nullptr},
+    {"pruning", "enabled", kRestart, [](Config a, Config b) { return a.pruning.enabled != b.pruning.enabled; }},
+    {"pruning", "retention", kRestart, [](Config a, Config b) { return a.pruning.retention_us != b.pruning.retention_us; }},
+    {"pruning", "interval", kRestart, [](Config a, Config b) { return a.pruning.interval_us != b.pruning.interval_us; }},
+    {"pruning", "batch_size", kRestart, [](Config a, Config b) { return a.pruning.batch_size != b.pruning.batch_size; }},
 
     {"logging", "level", kApplied, nullptr},
     {"logging", "format", kApplied, nullptr},
@@ -121,7 +135,7 @@ std::vector<std::string_view> KeysOf(std::string_view section) {
 std::vector<std::string> RestartKeysChanged(const DaemonConfig& running, const DaemonConfig& fresh) {
   std::vector<std::string> changed;
   for (const ConfigKey& key : kKeys) {
-    if (key.on_reload == OnReload::kRestart && key.differs && key.differs(running, fresh)) {
+    if (key.on_reload == OnReload::kRestart && key.differs(running, fresh)) {
       changed.push_back(key.Path());
     }
   }

@@ -22,7 +22,7 @@ namespace akadzed {
 enum class OnReload {
   kApplied,  // SIGHUP applies the new value
   kRestart,  // the running value stays until the next start; a change is warned about
-  kPerKey,   // a section: its keys say (the section itself holds no value)
+  kPerKey,   // a mapping of keys: they say (the mapping itself holds no value)
 };
 
 struct ConfigKey {
@@ -36,8 +36,7 @@ struct ConfigKey {
   // sections) differs between two configs. Entries are matched by position;
   // entries added or removed are the section's own row (for periodic.*,
   // whose entries are named by their keys: any change of the names). Null
-  // for the other kinds, and for a kRestart key whose change the reload does
-  // not detect (it then says nothing about it).
+  // for the other kinds.
   bool (*differs)(const DaemonConfig& a, const DaemonConfig& b) = nullptr;
 
   // "worker.poll_interval", "queues[].slots", "database".

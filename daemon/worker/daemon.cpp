@@ -85,10 +85,10 @@ void Reload(const DaemonConfig& running, HandlerRegistry& handlers, LeaseKeeper&
     handlers.Replace(BuildHandlers(fresh));
     ConfigureLogging(fresh.logging);
     spdlog::info("reload config={} handlers={}", LogValue(running.path), fresh.handlers.size());
-    if (!RestartKeysChanged(running, fresh).empty()) {
-      spdlog::warn("reload config={} | database, worker, queues, periodic, hooks and metrics changes take "
-                   "effect on restart",
-                   LogValue(running.path));
+    if (std::vector<std::string> keys = RestartKeysChanged(running, fresh); !keys.empty()) {
+      std::string list;
+      for (const std::string& key : keys) list += (list.empty() ? "" : ", ") + key;
+      spdlog::warn("reload config={} | changes to {} take effect on restart", LogValue(running.path), list);
     }
   } catch (const std::exception& e) {
     spdlog::error("reload_failed | {}; keeping the running config", OneLine(RedactSecrets(e.what())));
