@@ -3,6 +3,8 @@
 // and every restart key is found changed when, and only when, it changed.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -153,6 +155,48 @@ TEST_CASE("handler and logging changes reload without a restart", "[config]") {
       "handlers:\n  echo:\n    shell: {command: [echo, bye], timeout: 5s, kill_grace: 1s}\n"
       "  p:\n    plugin: {path: libx.so, config: {a: 1}}\n");
   CHECK(RestartKeysChanged(running, fresh).empty());
+}
+
+// docs/configuration.md's "Reloading" table: each `key` of a row, with the
+// row's last cell ("applied" or "restart").
+std::map<std::string, std::string> ReloadingTableOfTheDocs() {
+  const std::filesystem::path doc = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() /
+                                    "docs/configuration.md";
+  std::ifstream in(doc);
+  REQUIRE(in);
+  std::map<std::string, std::string> said;
+  bool in_section = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) in_section = line == "## Reloading";
+    if (!in_section || line.rfind("| `", 0) != 0) continue;
+    const std::size_t last = line.rfind('|', line.size() - 2);
+    std::string word = line.substr(last + 1);
+    word.erase(0, word.find_first_not_of(' '));
+    word.erase(word.find_last_not_of(" |") + 1);
+    for (std::size_t open = line.find('`'); open < last; open = line.find('`', open + 1)) {
+      const std::size_t close = line.find('`', open + 1);
+      said[line.substr(open + 1, close - open - 1)] = word;
+      open = close;
+    }
+  }
+  return said;
+}
+
+TEST_CASE("docs/configuration.md says for each key what the table says", "[config]") {
+  const std::map<std::string, std::string> said = ReloadingTableOfTheDocs();
+  std::set<std::string> keys;
+  for (const ConfigKey& key : ConfigKeys()) {
+    if (key.on_reload == OnReload::kPerKey) continue;
+    INFO(key.Path());
+    keys.insert(key.Path());
+    const auto doc = said.find(key.Path());
+    REQUIRE(doc != said.end());
+    CHECK(doc->second == (key.on_reload == OnReload::kApplied ? "applied" : "restart"));
+  }
+  for (const auto& [path, word] : said) {
+    INFO(path);
+    CHECK(keys.count(path) == 1);  // no row for a key the table lacks
+  }
 }
 
 }  // namespace
