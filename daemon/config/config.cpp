@@ -22,6 +22,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include "config/config_keys.h"
 #include "core/duration.h"
 #include "core/redact.h"
 
@@ -214,11 +215,10 @@ class Reader {
     DaemonConfig config;
     config.path = file_;
     const Fields top =
-        Mapping(root, {"database", "worker", "queues", "handlers", "periodic", "hooks", "pruning",
-                       "logging", "metrics"});
+        Mapping(root, KeysOf(""));
     std::optional<Item> stall_item;  // where database.stall_timeout was set
     if (const Item* db = Find(top, "database")) {
-      const Fields fields = Mapping(*db, {"url", "stall_timeout"});
+      const Fields fields = Mapping(*db, KeysOf("database"));
       if (const Item* url = Find(fields, "url")) config.database.url = String(*url);
       if (const Item* stall = Find(fields, "stall_timeout")) {
         stall_item = *stall;
@@ -393,8 +393,7 @@ class Reader {
 
   WorkerConfig Worker(const Item& item) const {
     WorkerConfig w;
-    const Fields fields = Mapping(item, {"heartbeat_interval", "heartbeat_ttl", "poll_interval",
-                                         "shutdown_timeout", "listen_notify"});
+    const Fields fields = Mapping(item, KeysOf("worker"));
     const Item* interval = Find(fields, "heartbeat_interval");
     const Item* ttl = Find(fields, "heartbeat_ttl");
     if (interval) w.heartbeat_interval_us = Duration(*interval, true);
@@ -418,7 +417,7 @@ class Reader {
 
   PruningConfig Pruning(const Item& item) const {
     PruningConfig p;
-    const Fields fields = Mapping(item, {"enabled", "retention", "interval", "batch_size"});
+    const Fields fields = Mapping(item, KeysOf("pruning"));
     if (const Item* enabled = Find(fields, "enabled")) p.enabled = Bool(*enabled);
     if (const Item* retention = Find(fields, "retention")) p.retention_us = Duration(*retention, true);
     if (const Item* interval = Find(fields, "interval")) p.interval_us = Duration(*interval, true);
@@ -432,7 +431,7 @@ class Reader {
     if (!item.node.IsMap()) Fail(item, "expected a mapping, got " + Describe(item.node));
     QueueConfig q;
     q.line = item.line;
-    const Fields fields = Mapping(item, {"name", "slots", "mode", "aging"});
+    const Fields fields = Mapping(item, KeysOf("queues[]"));
     const Item name = Required(item, fields, "name");
     q.name = String(name, true);
     for (const QueueConfig& other : earlier) {
@@ -453,7 +452,7 @@ class Reader {
     HandlerConfig h;
     h.task = task;
     h.line = item.line;
-    const Fields fields = Mapping(item, {"shell", "plugin"});
+    const Fields fields = Mapping(item, KeysOf("handlers.*"));
     const Item* shell = Find(fields, "shell");
     const Item* plugin = Find(fields, "plugin");
     if (shell && plugin) Fail(item, "expected exactly one of shell or plugin, got both");
@@ -461,15 +460,14 @@ class Reader {
     if (shell) {
       h.kind = Shell(*shell);
     } else {
-      h.kind = Plugin(*plugin);
+      h.kind = Plugin(*plugin, "handlers.*.plugin");
     }
     return h;
   }
 
   ShellHandlerConfig Shell(const Item& item) const {
     ShellHandlerConfig s;
-    const Fields fields = Mapping(item, {"command", "env", "working_directory", "timeout",
-                                         "kill_grace", "max_line_bytes", "max_output_bytes"});
+    const Fields fields = Mapping(item, KeysOf("handlers.*.shell"));
     const Item command = Required(item, fields, "command");
     if (command.node.IsScalar()) {
       Fail(command, "expected a sequence of arguments, e.g. [\"./job.sh\", \"--fast\"], got " +
@@ -511,9 +509,10 @@ class Reader {
     return s;
   }
 
-  PluginHandlerConfig Plugin(const Item& item) const {
+  // `section`: where the plugin is, "handlers.*.plugin" or "hooks[].plugin".
+  PluginHandlerConfig Plugin(const Item& item, std::string_view section) const {
     PluginHandlerConfig p;
-    const Fields fields = Mapping(item, {"path", "config", "timeout"});
+    const Fields fields = Mapping(item, KeysOf(section));
     const Item path = Required(item, fields, "path");
     p.path = String(path, true);
     if (p.path.find('/') != std::string::npos) {
@@ -557,7 +556,7 @@ class Reader {
 
   LoggingConfig Logging(const Item& item) const {
     LoggingConfig l;
-    const Fields fields = Mapping(item, {"level", "format", "file"});
+    const Fields fields = Mapping(item, KeysOf("logging"));
     if (const Item* level = Find(fields, "level")) {
       l.level = OneOf(*level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
     }
@@ -579,7 +578,7 @@ class Reader {
 
   MetricsConfig Metrics(const Item& item) const {
     MetricsConfig m;
-    const Fields fields = Mapping(item, {"enabled", "listen"});
+    const Fields fields = Mapping(item, KeysOf("metrics"));
     if (const Item* enabled = Find(fields, "enabled")) m.enabled = Bool(*enabled);
     if (const Item* listen = Find(fields, "listen")) {
       // host:port, [v6]:port
@@ -611,8 +610,7 @@ class Reader {
     p.task = name;
     p.line = item.line;
     if (!item.node.IsMap()) Fail(item, "expected a mapping, got " + Describe(item.node));
-    const Fields fields = Mapping(item, {"cron", "every", "task", "queue", "args", "priority",
-                                         "max_attempts", "overlap", "grace"});
+    const Fields fields = Mapping(item, KeysOf("periodic.*"));
     const Item* cron = Find(fields, "cron");
     const Item* every = Find(fields, "every");
     if (cron && every) Fail(item, "expected exactly one of cron or every, got both");
@@ -645,7 +643,7 @@ class Reader {
     if (!item.node.IsMap()) Fail(item, "expected a mapping, got " + Describe(item.node));
     HookConfig h;
     h.line = item.line;
-    const Fields fields = Mapping(item, {"name", "from", "to", "sql", "plugin"});
+    const Fields fields = Mapping(item, KeysOf("hooks[]"));
     const Item name = Required(item, fields, "name");
     h.name = String(name, true);
     for (const HookConfig& other : earlier) {
@@ -672,7 +670,7 @@ class Reader {
     if (sql) {
       h.sql = String(*sql, true);
     } else {
-      h.plugin = Plugin(*plugin);
+      h.plugin = Plugin(*plugin, "hooks[].plugin");
     }
     return h;
   }

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "claim/claim_transaction.h"
+#include "config/config_keys.h"
 #include "core/duration.h"
 #include "core/redact.h"
 #include "metrics/monitoring.h"
@@ -66,8 +67,8 @@ void CheckSchema(const std::string& conninfo) {
   }
 }
 
-// Applies SIGHUP: new handlers and logging; database, worker and queue
-// changes need a restart.
+// Applies SIGHUP: new handlers and logging; which keys need a restart
+// instead is config/config_keys.cpp's table.
 void Reload(const DaemonConfig& running, HandlerRegistry& handlers, LeaseKeeper& lease) {
   ReopenLogFile();  // whether or not the config loads: logrotate moved the file
   try {
@@ -83,36 +84,11 @@ void Reload(const DaemonConfig& running, HandlerRegistry& handlers, LeaseKeeper&
     lease.SetLeaseSpan(std::min(lease.lease_span_us(), LeaseSpanUs(running.worker, grace)));
     handlers.Replace(BuildHandlers(fresh));
     ConfigureLogging(fresh.logging);
-    bool restart_needed = fresh.database.url != running.database.url ||
-                          fresh.database.stall_timeout_us != running.database.stall_timeout_us ||
-                          fresh.queues.size() != running.queues.size();
-    for (std::size_t i = 0; !restart_needed && i < fresh.queues.size(); ++i) {
-      const QueueConfig& a = fresh.queues[i];
-      const QueueConfig& b = running.queues[i];
-      restart_needed = a.name != b.name || a.slots != b.slots || a.mode != b.mode || a.aging_us != b.aging_us;
-    }
-    const WorkerConfig& w = fresh.worker;
-    const WorkerConfig& v = running.worker;
-    restart_needed = restart_needed || w.heartbeat_interval_us != v.heartbeat_interval_us ||
-                     w.heartbeat_ttl_us != v.heartbeat_ttl_us ||
-                     w.poll_interval_us != v.poll_interval_us ||
-                     w.shutdown_timeout_us != v.shutdown_timeout_us ||
-                     w.listen_notify != v.listen_notify;
-    auto names = [](const auto& entries) {
-      std::vector<std::string> out;
-      for (const auto& e : entries) out.push_back(e.name);
-      return out;
-    };
-    restart_needed = restart_needed || names(fresh.periodic) != names(running.periodic) ||
-                     names(fresh.hooks) != names(running.hooks) ||
-                     fresh.metrics.enabled != running.metrics.enabled ||
-                     fresh.metrics.host != running.metrics.host ||
-                     fresh.metrics.port != running.metrics.port;
     spdlog::info("reload config={} handlers={}", LogValue(running.path), fresh.handlers.size());
-    if (restart_needed) {
-      spdlog::warn("reload config={} | database, worker, queues, periodic, hooks and metrics changes take "
-                   "effect on restart",
-                   LogValue(running.path));
+    if (std::vector<std::string> keys = RestartKeysChanged(running, fresh); !keys.empty()) {
+      std::string list;
+      for (const std::string& key : keys) list += (list.empty() ? "" : ", ") + key;
+      spdlog::warn("reload config={} | changes to {} take effect on restart", LogValue(running.path), list);
     }
   } catch (const std::exception& e) {
     spdlog::error("reload_failed | {}; keeping the running config", OneLine(RedactSecrets(e.what())));
@@ -134,47 +110,31 @@ Daemon::Daemon(DaemonConfig config, std::string conninfo, HandlerMap handlers,
       hooks_(hooks ? std::move(hooks) : std::make_unique<TransitionHooks>()),
       notifier_(SystemdNotifier::FromEnvironment()) {}
 
-int Daemon::Run() {
-  const WorkerConfig& timings = config_.worker;
-  WorkerIdentity identity{RandomUuid(), Hostname(), static_cast<int>(getpid()), {}};
-  for (const QueueConfig& q : config_.queues) identity.queues.push_back(q.name);
+// What runs between the start and the stop phases. The members are declared
+// in the order they start and so are destroyed in reverse, on every path.
+struct Daemon::Services {
+  Services(const DaemonConfig& config, const std::string& conninfo, const TransitionHooks* hooks)
+      : timings(config.worker),
+        identity(Identity(config)),
+        // Metrics and health (metrics/monitoring.h); the finisher and the
+        // runners record into it, so it outlives them.
+        monitoring(config.metrics, conninfo, identity.queues),
+        // Every daemon transaction is bounded (database.stall_timeout), and
+        // the lease ends early enough for every handler to be dead before a
+        // rescue.
+        stall(std::chrono::milliseconds(config.database.stall_timeout_us / 1000)),
+        finisher(conninfo, stall, monitoring.worker_metrics(), hooks),
+        lease(conninfo, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config)), stall,
+              running, hooks) {}
 
-  RunningJobs running;
-  // Metrics and health (metrics/monitoring.h); the finisher and the runners
-  // record into it, so it outlives them.
-  Monitoring monitoring(config_.metrics, conninfo_, identity.queues);
-  // Every daemon transaction is bounded (database.stall_timeout), and the
-  // lease ends early enough for every handler to be dead before a rescue.
-  const auto stall = std::chrono::milliseconds(config_.database.stall_timeout_us / 1000);
-  const std::int64_t lease_span_us = LeaseSpanUs(timings, MaxKillGraceUs(config_));
-  Finisher finisher(conninfo_, stall, monitoring.worker_metrics(), hooks_.get());
-  LeaseKeeper lease(conninfo_, identity, timings, lease_span_us, stall, running, hooks_.get());
-  try {
-    CheckSchema(conninfo_);
-    monitoring.Bind();
-    lease.Start();
-  } catch (const std::exception& e) {
-    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(e.what(), conninfo_)));
-    return 1;
+  static WorkerIdentity Identity(const DaemonConfig& config) {
+    WorkerIdentity id{RandomUuid(), Hostname(), static_cast<int>(getpid()), {}};
+    for (const QueueConfig& q : config.queues) id.queues.push_back(q.name);
+    return id;
   }
-  finisher.Start();
-  std::vector<std::unique_ptr<QueueRunner>> runners;
-  // The listener's probes read the runners: it stops before they go.
-  struct StopMonitoring {
-    Monitoring& monitoring;
-    ~StopMonitoring() { monitoring.Stop(); }
-  } stop_monitoring{monitoring};
-  std::string queues;
-  for (const QueueConfig& q : config_.queues) {
-    runners.push_back(std::make_unique<QueueRunner>(q, timings, conninfo_, stall, handlers_, running,
-                                                    finisher, lease, monitoring.worker_metrics(),
-                                                    hooks_.get()));
-    runners.back()->Start();
-    queues += fmt::format("{}{}(slots={},{}{})", queues.empty() ? "" : ",", q.name, q.slots,
-                          q.mode == ClaimMode::kFair ? "fair" : "ordered",
-                          q.aging_us ? ",aging=" + FormatDuration(*q.aging_us) : "");
-  }
-  lease.SetHeldJobs([&runners] {
+
+  // The jobs of every runner, for the lease keeper.
+  HeldJobs Held() const {
     HeldJobs held;
     for (const auto& r : runners) {
       HeldJobs one = r->held_jobs();
@@ -183,30 +143,10 @@ int Daemon::Run() {
       held.claims_started += one.claims_started;
     }
     return held;
-  });
-  // Declared after the runners, so destroyed before them on every path.
-  struct ForgetHeldJobs {
-    LeaseKeeper& lease;
-    ~ForgetHeldJobs() { lease.SetHeldJobs(nullptr); }
-  } forget_held_jobs{lease};
-  std::unique_ptr<NotifyListener> listener;
-  if (timings.listen_notify) {
-    listener = std::make_unique<NotifyListener>(conninfo_, [&runners](const std::string& queue) {
-      for (auto& r : runners) {
-        if (queue.empty() || r->name() == queue) r->Wake();
-      }
-    });
-    listener->Start();
   }
-  PeriodicScheduler periodic(conninfo_, stall, config_.periodic);
-  periodic.Start();
-  std::unique_ptr<Pruner> pruner;
-  if (config_.pruning.enabled) {
-    pruner = std::make_unique<Pruner>(conninfo_, stall, config_.pruning);
-    pruner->Start();
-  }
+
   // The loops the systemd watchdog and /healthz watch (runtime/loop_health.h).
-  auto loops = [&] {
+  std::vector<LoopRound> Loops() const {
     std::vector<LoopRound> rounds{{"lease keeper", lease.last_round(),
                                    std::chrono::microseconds(timings.heartbeat_interval_us)}};
     for (const auto& r : runners) {
@@ -214,72 +154,152 @@ int Daemon::Run() {
                         std::chrono::microseconds(timings.poll_interval_us)});
     }
     return rounds;
-  };
+  }
+
+  // systemd's STATUS= text: `prefix` and each queue's busy/slots.
+  std::string Status(const std::string& prefix) const {
+    std::string text = prefix;
+    for (const auto& r : runners) text += fmt::format(" {}={}/{}", r->name(), r->busy_slots(), r->slots());
+    return text;
+  }
+
+  // True once every runner has drained; waits until `until` at most.
+  bool Drained(Clock::time_point until) const {
+    return std::all_of(runners.begin(), runners.end(),
+                       [&](const auto& r) { return r->WaitDrained(until); });
+  }
+
+  const WorkerConfig& timings;
+  WorkerIdentity identity;
+  RunningJobs running;
+  Monitoring monitoring;
+  std::chrono::milliseconds stall;
+  Finisher finisher;
+  LeaseKeeper lease;
+  std::vector<std::unique_ptr<QueueRunner>> runners;
+  // Declared after the runners, so these run before they go. The listener's
+  // probes read the runners: it stops before they go.
+  struct StopMonitoring {
+    Monitoring& monitoring;
+    ~StopMonitoring() { monitoring.Stop(); }
+  } stop_monitoring{monitoring};
+  struct ForgetHeldJobs {
+    LeaseKeeper& lease;
+    ~ForgetHeldJobs() { lease.SetHeldJobs(nullptr); }
+  } forget_held_jobs{lease};
+  std::unique_ptr<NotifyListener> listener;
+  std::unique_ptr<PeriodicScheduler> periodic;
+  std::unique_ptr<Pruner> pruner;
   std::atomic<bool> draining{false};  // claim loops end on purpose: /healthz stays 200
+};
+
+int Daemon::Run() {
+  std::unique_ptr<Services> services = Start();
+  if (!services) return 1;
+  Serve(*services);
+  const bool second_signal = Drain(*services);
+  if (!Stop(*services, second_signal)) {
+    // Destroying the services would wait for handlers that ignored the stop.
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  return 0;
+}
+
+std::unique_ptr<Daemon::Services> Daemon::Start() {
+  auto s = std::make_unique<Services>(config_, conninfo_, hooks_.get());
+  try {
+    CheckSchema(conninfo_);
+    s->monitoring.Bind();
+    s->lease.Start();
+  } catch (const std::exception& e) {
+    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(e.what(), conninfo_)));
+    return nullptr;
+  }
+  s->finisher.Start();
+  std::string queues;
+  for (const QueueConfig& q : config_.queues) {
+    s->runners.push_back(std::make_unique<QueueRunner>(q, s->timings, conninfo_, s->stall, handlers_,
+                                                       s->running, s->finisher, s->lease,
+                                                       s->monitoring.worker_metrics(), hooks_.get()));
+    s->runners.back()->Start();
+    queues += fmt::format("{}{}(slots={},{}{})", queues.empty() ? "" : ",", q.name, q.slots,
+                          q.mode == ClaimMode::kFair ? "fair" : "ordered",
+                          q.aging_us ? ",aging=" + FormatDuration(*q.aging_us) : "");
+  }
+  Services& services = *s;
+  s->lease.SetHeldJobs([&services] { return services.Held(); });
+  if (config_.worker.listen_notify) {
+    s->listener = std::make_unique<NotifyListener>(conninfo_, [&services](const std::string& queue) {
+      for (auto& r : services.runners) {
+        if (queue.empty() || r->name() == queue) r->Wake();
+      }
+    });
+    s->listener->Start();
+  }
+  s->periodic = std::make_unique<PeriodicScheduler>(conninfo_, s->stall, config_.periodic);
+  s->periodic->Start();
+  if (config_.pruning.enabled) {
+    s->pruner = std::make_unique<Pruner>(conninfo_, s->stall, config_.pruning);
+    s->pruner->Start();
+  }
   const auto health_grace = notifier_.watchdog_interval().value_or(std::chrono::seconds(60));
-  monitoring.Start({
+  s->monitoring.Start({
       .slots =
-          [&] {
+          [&services] {
             std::vector<Monitoring::QueueSlots> slots;
-            for (const auto& r : runners) slots.push_back({r->name(), r->slots(), r->busy_slots()});
+            for (const auto& r : services.runners) slots.push_back({r->name(), r->slots(), r->busy_slots()});
             return slots;
           },
-      .lease_held = [&] { return lease.held(); },
+      .lease_held = [&services] { return services.lease.held(); },
       .stalled_loop =
-          [&]() -> std::optional<std::string> {
-            if (draining.load()) return std::nullopt;
-            return StalledLoop(loops(), Clock::now(), health_grace);
+          [&services, health_grace]() -> std::optional<std::string> {
+            if (services.draining.load()) return std::nullopt;
+            return StalledLoop(services.Loops(), Clock::now(), health_grace);
           },
   });
-  spdlog::info("started worker={} queues={} handlers={} pid={}", identity.id, LogValue(queues),
-               config_.handlers.size(), identity.pid);
+  spdlog::info("started worker={} queues={} handlers={} pid={}", s->identity.id, LogValue(queues),
+               config_.handlers.size(), s->identity.pid);
   notifier_.Notify("READY=1\nSTATUS=claiming");
+  return s;
+}
 
+void Daemon::Serve(Services& s) {
   // The signal loop, which also feeds the watchdog and the status line.
-  auto watchdog = notifier_.watchdog_interval();
+  const auto watchdog = notifier_.watchdog_interval();
   auto tick = std::chrono::milliseconds(1000);
   if (watchdog) {
     tick = std::min(tick, std::chrono::duration_cast<std::chrono::milliseconds>(*watchdog / 2));
   }
-  auto status = [&](const std::string& prefix) {
-    std::string text = prefix;
-    for (const auto& r : runners) {
-      text += fmt::format(" {}={}/{}", r->name(), r->busy_slots(), r->slots());
-    }
-    return text;
-  };
-  auto progressing = [&] { return watchdog && !StalledLoop(loops(), Clock::now(), *watchdog); };
   for (;;) {
     int sig = WaitSignal(tick);
     if (sig == SIGHUP) {
       notifier_.Notify("RELOADING=1");
-      Reload(config_, handlers_, lease);
+      Reload(config_, handlers_, s.lease);
       notifier_.Notify("READY=1");
       continue;
     }
     if (sig == SIGTERM || sig == SIGINT) {
       spdlog::info("signal name={} | stopping: no new claims, draining for up to {}",
-                   LogValue(sigabbrev_np(sig)), FormatDuration(timings.shutdown_timeout_us));
-      break;
+                   LogValue(sigabbrev_np(sig)), FormatDuration(config_.worker.shutdown_timeout_us));
+      return;
     }
-    if (watchdog && progressing()) notifier_.Notify("WATCHDOG=1");
-    notifier_.Notify("STATUS=" + status(lease.held() ? "claiming; busy" : "lease lost; busy"));
+    if (watchdog && !StalledLoop(s.Loops(), Clock::now(), *watchdog)) notifier_.Notify("WATCHDOG=1");
+    notifier_.Notify("STATUS=" + s.Status(s.lease.held() ? "claiming; busy" : "lease lost; busy"));
   }
+}
 
-  // Shutdown: stop claiming, drain, then stop and release what is left.
+bool Daemon::Drain(Services& s) {
   notifier_.Notify("STOPPING=1\nSTATUS=draining");
-  draining = true;
-  if (listener) listener->Stop();
-  if (pruner) pruner->Stop();
-  periodic.Stop();
-  for (auto& r : runners) r->StopClaiming();
-  auto deadline = Clock::now() + std::chrono::microseconds(timings.shutdown_timeout_us);
-  auto drained = [&](Clock::time_point until) {
-    return std::all_of(runners.begin(), runners.end(),
-                       [&](const auto& r) { return r->WaitDrained(until); });
-  };
+  s.draining = true;
+  if (s.listener) s.listener->Stop();
+  if (s.pruner) s.pruner->Stop();
+  s.periodic->Stop();
+  for (auto& r : s.runners) r->StopClaiming();
+  const auto watchdog = notifier_.watchdog_interval();
+  const auto deadline = Clock::now() + std::chrono::microseconds(config_.worker.shutdown_timeout_us);
   bool fast = false;
-  while (!drained(Clock::now()) && Clock::now() < deadline && !fast) {
+  while (!s.Drained(Clock::now()) && Clock::now() < deadline && !fast) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     int sig = WaitSignal(std::min(left, std::chrono::milliseconds(100)));
     if (sig == SIGTERM || sig == SIGINT) {
@@ -288,36 +308,33 @@ int Daemon::Run() {
     }
     if (watchdog) notifier_.Notify("WATCHDOG=1");
   }
-  int stopped = running.RequestStopAll(StopReason::kShutdown, /*latch=*/true);
+  return fast;
+}
+
+bool Daemon::Stop(Services& s, bool second_signal) {
+  int stopped = s.running.RequestStopAll(StopReason::kShutdown, /*latch=*/true);
   if (stopped > 0) {
     spdlog::warn("shutdown stopping_jobs={} | {}; they are released to queued", stopped,
-                 fast ? "second signal" : "shutdown_timeout passed");
+                 second_signal ? "second signal" : "shutdown_timeout passed");
   }
   // Handlers end within their kill grace; a plugin that ignores the stop is
   // left behind (its job is rescued after heartbeat_ttl).
-  std::int64_t grace_us = 0;
-  for (const auto& [task, h] : config_.handlers) {
-    if (const auto* shell = std::get_if<ShellHandlerConfig>(&h.kind)) {
-      grace_us = std::max(grace_us, shell->kill_grace_us);
-    }
-  }
-  bool all_done = drained(Clock::now() + std::chrono::microseconds(grace_us) + std::chrono::seconds(10));
-  if (!all_done) {
+  const auto grace = std::chrono::microseconds(MaxKillGraceUs(config_));
+  if (!s.Drained(Clock::now() + grace + std::chrono::seconds(10))) {
     int left = 0;
-    for (const auto& r : runners) left += r->busy_slots();
+    for (const auto& r : s.runners) left += r->busy_slots();
     spdlog::error(
         "shutdown unfinished_jobs={} | handlers that ignored the stop, or finishes the database "
         "did not take; these jobs are rescued after heartbeat_ttl",
         left);
-    std::fflush(stderr);
-    std::_Exit(1);
+    return false;
   }
-  for (auto& r : runners) r->Join();
-  finisher.Stop(Clock::now() + std::chrono::seconds(10));
-  monitoring.Stop();
-  lease.Stop(/*deregister=*/true);
-  spdlog::info("stopped worker={}", lease.worker_id());
-  return 0;
+  for (auto& r : s.runners) r->Join();
+  s.finisher.Stop(Clock::now() + std::chrono::seconds(10));
+  s.monitoring.Stop();
+  s.lease.Stop(/*deregister=*/true);
+  spdlog::info("stopped worker={}", s.lease.worker_id());
+  return true;
 }
 
 }  // namespace akadzed

@@ -38,12 +38,52 @@ class Daemon {
   Daemon(DaemonConfig config, std::string conninfo, HandlerMap handlers,
          std::unique_ptr<TransitionHooks> hooks = nullptr);
 
-  // Runs until SIGTERM/SIGINT and the drain are over. Returns the exit code:
-  // 0 after a clean shutdown, 1 when the database cannot be used at start
-  // (the message is logged). Throws nothing.
+  // Runs the phases below until SIGTERM/SIGINT and the drain are over.
+  // Returns the exit code: 0 after a clean shutdown, 1 when the start
+  // failed (logged `start_failed`). Does not return when jobs are still
+  // running after the drain, their stop and kill_grace + 10 s (handlers that
+  // ignored the stop, or finishes the database did not take): it logs
+  // `shutdown unfinished_jobs=N` and ends the process with _Exit(1), stderr
+  // flushed, since tearing down the threads would wait for those handlers;
+  // the jobs are rescued after heartbeat_ttl. Throws nothing.
   int Run();
 
  private:
+  // What runs between Start and Stop: the lease keeper, the finisher, the
+  // queue runners, the notify listener, the periodic scheduler, the pruner
+  // and the monitoring (daemon.cpp).
+  struct Services;
+
+  // Phase 1, start. Checks the database schema, binds the metrics listener
+  // and starts the lease keeper (registering the worker); then starts the
+  // finisher, one QueueRunner per queue, the notify listener (with
+  // listen_notify), the periodic scheduler, the pruner (unless disabled) and
+  // the monitoring; logs `started` and sends READY=1. Null when the schema,
+  // the listener or the registration fails: logged `start_failed`, nothing
+  // left running.
+  std::unique_ptr<Services> Start();
+
+  // Phase 2, serve. Waits for signals until SIGTERM or SIGINT (logged
+  // `signal`): SIGHUP reloads between RELOADING=1 and READY=1; every tick
+  // (1 s, or half the watchdog interval if shorter) sends WATCHDOG=1 while
+  // every watched loop makes rounds, and STATUS= with the busy slots.
+  void Serve(Services& services);
+
+  // Phase 3, drain. Sends STOPPING=1, stops the listener, the pruner, the
+  // periodic scheduler and every claim loop, then waits (feeding the
+  // watchdog) until the running jobs are done, shutdown_timeout passes or a
+  // second SIGTERM/SIGINT comes. Returns whether a second signal cut it
+  // short.
+  bool Drain(Services& services);
+
+  // Phase 4, stop. Stops the jobs still running (released to `queued`) and
+  // waits up to the largest kill_grace + 10 s for them. Then joins the
+  // runners, stops the finisher, the monitoring and the lease keeper
+  // (deregistering the worker), logs `stopped` and returns true; or, with
+  // jobs left, logs `shutdown unfinished_jobs` and returns false with every
+  // thread still running.
+  bool Stop(Services& services, bool second_signal);
+
   DaemonConfig config_;
   std::string conninfo_;
   HandlerRegistry handlers_;
