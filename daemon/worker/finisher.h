@@ -23,7 +23,7 @@
 #include "hooks/transition_hooks.h"
 #include "runtime/db_session.h"
 #include "metrics/worker_metrics.h"
-#include "worker/job_finish.h"
+#include "store/job_finish.h"
 #include "runtime/outage_log.h"
 
 namespace akadzed {

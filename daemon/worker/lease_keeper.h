@@ -41,9 +41,10 @@
 #include <vector>
 
 #include "config/config.h"
+#include "hooks/transition_hooks.h"
 #include "runtime/db_session.h"
 #include "worker/running_jobs.h"
-#include "worker/worker_lease.h"
+#include "store/worker_lease.h"
 
 namespace akadzed {
 
