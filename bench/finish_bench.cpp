@@ -19,7 +19,7 @@
 #include "embedded/throwaway_postgres.h"
 #include "pg/connection.h"
 #include "schema/migrations.h"
-#include "worker/job_finish.h"
+#include "store/job_finish.h"
 
 using namespace akadzed;
 

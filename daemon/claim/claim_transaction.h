@@ -1,4 +1,6 @@
-// The claim transaction: the I/O around ClaimPlanner (SPEC §3).
+// The claim transaction: the I/O around ClaimPlanner (SPEC §3). The window
+// reads are claim/window_reads.h, the key locks and recounts
+// claim/key_locks.h; this file runs the claim.
 //
 // One call claims from one queue in one transaction: read ready rows through
 // jobs_claim_idx in windows (slots * 4, doubling), lock and count newly seen
@@ -29,17 +31,11 @@
 
 #include "claim/claim_planner.h"
 #include "core/claimed_job.h"
+#include "core/uuid.h"
 #include "pg/connection.h"
 #include "pg/transaction.h"
 
 namespace akadzed {
-
-// The ready predicate of SPEC §1 over akadze.jobs' own columns (the queue's
-// pause is a separate check): what a claim may take, and what the admin
-// commands count as ready.
-inline constexpr const char* kReadyJobSql =
-    "state = 'queued' AND run_at <= now() AND cancel_requested_at IS NULL"
-    " AND (expires_at IS NULL OR expires_at > now())";
 
 struct ClaimRequest {
   std::string queue = "default";
@@ -108,11 +104,5 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
 
 // Throws std::invalid_argument when the request is malformed.
 void ValidateClaimRequest(const ClaimRequest& request);
-
-// A random version-4 UUID in canonical text form.
-std::string RandomUuid();
-
-// True for a canonical 8-4-4-4-12 hex UUID.
-bool IsUuid(const std::string& text);
 
 }  // namespace akadzed

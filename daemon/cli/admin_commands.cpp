@@ -1,6 +1,6 @@
 // The operator commands: enqueue, jobs list|show|cancel|requeue,
 // queues list|pause|resume, workers list, status. SQL is in
-// admin/job_admin.h; this file parses options and prints text or --json.
+// store/job_admin.h; this file parses options and prints text or --json.
 // Job args are never printed.
 #include <cstdint>
 #include <iomanip>
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "admin/job_admin.h"
+#include "store/job_admin.h"
 #include "cli/commands.h"
 #include "core/duration.h"
 
@@ -58,7 +58,7 @@ json JobJson(const JobRow& j, bool full) {
               {"task", j.task},
               {"queue", j.queue},
               {"priority", j.priority},
-              {"state", j.state},
+              {"state", std::string(JobStateName(j.state))},
               {"run_count", j.run_count},
               {"attempt", j.attempt},
               {"max_attempts", j.max_attempts},
@@ -82,7 +82,7 @@ json JobJson(const JobRow& j, bool full) {
 
 void PrintJobText(const JobRow& j) {
   std::cout << "id: " << j.id << "\ntask: " << j.task << "\nqueue: " << j.queue
-            << "\nstate: " << j.state << "\npriority: " << j.priority
+            << "\nstate: " << JobStateName(j.state) << "\npriority: " << j.priority
             << "\nattempt: " << j.attempt << "/" << j.max_attempts
             << "\nrun_count: " << j.run_count << "\nsnoozes: " << j.snoozes
             << "\nrun_at: " << j.run_at << "\nexpires_at: " << Dash(j.expires_at)
@@ -187,7 +187,7 @@ void AddJobs(CLI::App& app, Action& action) {
   AddDatabaseOption(list, o->url);
   list->add_option("--queue", o->filter_queue, "Only this queue");
   list->add_option("--state", o->filter_state, "Only this state")
-      ->check(CLI::IsMember({"queued", "running", "succeeded", "failed", "cancelled"}));
+      ->check(CLI::IsMember(JobStateNames()));
   list->add_option("--limit", o->limit, "Most jobs to print, 1 to 1000 (default 50)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1000}));
   list->add_flag("--json", o->json, "Print a JSON array");
@@ -195,7 +195,7 @@ void AddJobs(CLI::App& app, Action& action) {
     action = [o]() -> int {
       return Run("jobs list", o->url, [&](pg::Connection& conn) {
         std::vector<JobRow> rows =
-            ListJobs(conn, NonEmpty(o->filter_queue), NonEmpty(o->filter_state), o->limit);
+            ListJobs(conn, NonEmpty(o->filter_queue), ParseJobState(o->filter_state), o->limit);
         if (o->json) {
           json out = json::array();
           for (const JobRow& j : rows) out.push_back(JobJson(j, false));
@@ -204,7 +204,7 @@ void AddJobs(CLI::App& app, Action& action) {
         }
         std::cout << "ID\tSTATE\tQUEUE\tTASK\tPRIORITY\tATTEMPT\tRUN_AT\tLIMIT_KEY\n";
         for (const JobRow& j : rows) {
-          std::cout << j.id << '\t' << j.state << '\t' << j.queue << '\t' << j.task << '\t'
+          std::cout << j.id << '\t' << JobStateName(j.state) << '\t' << j.queue << '\t' << j.task << '\t'
                     << j.priority << '\t' << j.attempt << '/' << j.max_attempts << '\t'
                     << j.run_at << '\t' << Dash(j.limit_key) << '\n';
         }

@@ -8,12 +8,13 @@
 #include <memory>
 #include <vector>
 
-#include "admin/limits_table.h"
+#include "store/demo_jobs.h"
+#include "store/limits_table.h"
 #include "claim/claim_transaction.h"
 #include "cli/commands.h"
 #include "embedded/throwaway_postgres.h"
 #include "pg/transaction.h"
-#include "worker/job_finish.h"
+#include "store/job_finish.h"
 
 namespace akadzed::cli {
 
@@ -50,14 +51,7 @@ int RunDemo(const DemoOptions& o) {
   std::cout << "limits: '*' max_running=2 (tenant-a, tenant-c); tenant-b max_running=1 and"
                " max_starts=2 per 2s"
             << std::endl;
-  conn.exec(
-      "INSERT INTO akadze.jobs (task, queue, priority, limit_key, args, run_at)"
-      " SELECT (ARRAY['send_email','resize_image','sync_account'])[1 + i % 3], 'default',"
-      "        (i % 7 = 0)::int * 2,"
-      "        (ARRAY['tenant-a','tenant-b','tenant-c',NULL])[1 + i % 4],"
-      "        jsonb_build_object('n', i), now() - (($1::int - i) * interval '1 millisecond')"
-      " FROM generate_series(1, $1::int) AS i",
-      pg::Params().add(o.jobs));
+  EnqueueSampleJobs(conn, o.jobs);
   std::cout << "enqueued " << o.jobs
             << " sample jobs over keys tenant-a, tenant-b, tenant-c and no key" << std::endl;
 
@@ -92,8 +86,7 @@ int RunDemo(const DemoOptions& o) {
     for (const ClaimedJob& job : r.jobs) finishes.push_back({job.id, job.run_count, JobOutcome{}});
     done += static_cast<int>(finishes.size());
     FinishJobs(conn, worker, finishes);
-    pg::Result left = conn.exec("SELECT count(*) FROM akadze.jobs WHERE state IN ('queued','running')");
-    if (left.int64(0, 0) == 0) break;
+    if (CountActiveJobs(conn) == 0) break;
   }
   std::cout << "done: " << done << " jobs finished; stopping PostgreSQL" << std::endl;
   return kExitOk;

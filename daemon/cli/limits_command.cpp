@@ -2,7 +2,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "admin/limits_table.h"
+#include "store/limits_table.h"
 #include "cli/commands.h"
 #include "core/duration.h"
 #include "pg/pg_error.h"

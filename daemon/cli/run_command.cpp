@@ -15,7 +15,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "admin/limits_table.h"
+#include "store/demo_jobs.h"
+#include "store/limits_table.h"
 #include "cli/commands.h"
 #include "config/config.h"
 #include "core/duration.h"
@@ -60,16 +61,7 @@ class DemoProducer {
       pg::Connection conn = pg::Connection::Open(conninfo_, "akadzed demo producer");
       SetLimit(conn, LimitRow{"*", 1, std::nullopt, std::nullopt});
       for (;;) {
-        conn.exec(
-            "INSERT INTO akadze.jobs (task, queue, priority, limit_key, args)"
-            " SELECT t.task, t.queue, t.priority, t.limit_key, t.args FROM (VALUES"
-            "  ('greet', 'default', 0, 'tenant-a', jsonb_build_object('name', 'ada', 'round', $1::int)),"
-            "  ('greet', 'default', 0, 'tenant-b', jsonb_build_object('name', 'bob', 'fail', $1::int % 5 = 0)),"
-            "  ('checksum', 'default', 0, 'tenant-c', jsonb_build_object('text', repeat('x', $1::int))),"
-            "  ('checksum', 'reports', ($1::int % 3)::smallint, NULL,"
-            "     jsonb_build_object('snooze_ms', CASE WHEN $1::int % 4 = 0 THEN 1500 END))"
-            " ) AS t(task, queue, priority, limit_key, args)",
-            pg::Params().add(++round));
+        EnqueueDemoRound(conn, ++round);
         if (loop_.Sleep(std::chrono::seconds(1))) return;
         if (duration_us_ && std::chrono::steady_clock::now() - start >=
                                 std::chrono::microseconds(*duration_us_)) {

@@ -651,15 +651,16 @@ class Reader {
         Fail(name, "duplicate hook name (first defined on line " + std::to_string(other.line) + ")");
       }
     }
-    const std::vector<std::string_view> states(std::begin(kJobStates), std::end(kJobStates));
+    std::vector<std::string_view> states;
+    for (JobState state : kAllJobStates) states.push_back(JobStateName(state));
     for (const char* key : {"from", "to"}) {
       const Item* list = Find(fields, key);
       if (!list) continue;
-      std::vector<std::string>& out = std::string_view(key) == "from" ? h.from : h.to;
+      std::vector<JobState>& out = std::string_view(key) == "from" ? h.from : h.to;
       if (list->node.IsScalar()) {
-        out.push_back(OneOf(*list, states));
+        out.push_back(JobStateFromText(OneOf(*list, states)));
       } else {
-        for (const Item& state : Sequence(*list)) out.push_back(OneOf(state, states));
+        for (const Item& state : Sequence(*list)) out.push_back(JobStateFromText(OneOf(state, states)));
         if (out.empty()) Fail(*list, "must not be empty (leave it out to match any state)");
       }
     }

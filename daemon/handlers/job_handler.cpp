@@ -9,18 +9,6 @@
 
 namespace akadzed {
 
-const char* OutcomeKindName(OutcomeKind kind) {
-  switch (kind) {
-    case OutcomeKind::kSuccess: return "success";
-    case OutcomeKind::kRetry: return "retry";
-    case OutcomeKind::kSnooze: return "snooze";
-    case OutcomeKind::kFail: return "fail";
-    case OutcomeKind::kCancel: return "cancel";
-    case OutcomeKind::kRelease: return "release";
-  }
-  return "unknown";
-}
-
 JobStop::JobStop() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
 }

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "core/claimed_job.h"
-#include "handlers/job_outcome.h"
+#include "core/job_outcome.h"
 
 namespace akadzed {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "handlers/job_outcome.h"
+#include "core/job_outcome.h"
 
 namespace akadzed {
 

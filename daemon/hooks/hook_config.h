@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/job_states.h"
 #include "plugin/plugin_config.h"
 
 namespace akadzed {
@@ -19,15 +20,15 @@ namespace akadzed {
 // akadzed_hook_v1, docs/plugins.md).
 struct HookConfig {
   std::string name;
-  std::vector<std::string> from;
-  std::vector<std::string> to;
+  std::vector<JobState> from;
+  std::vector<JobState> to;
   std::string sql;
   std::optional<PluginHandlerConfig> plugin;     // path and config; timeout unused
   int line = 0;
 
   // True if this hook fires for from -> to.
-  bool Matches(std::string_view from_state, std::string_view to_state) const {
-    const auto in = [](const std::vector<std::string>& states, std::string_view state) {
+  bool Matches(JobState from_state, JobState to_state) const {
+    const auto in = [](const std::vector<JobState>& states, JobState state) {
       return states.empty() || std::find(states.begin(), states.end(), state) != states.end();
     };
     return in(from, from_state) && in(to, to_state);

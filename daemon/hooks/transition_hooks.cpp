@@ -13,6 +13,7 @@
 #include "pg/params.h"
 #include "pg/pg_error.h"
 #include "runtime/log_line.h"
+#include "store/job_row.h"
 
 namespace akadzed {
 
@@ -24,43 +25,11 @@ const std::vector<unsigned int> kParamTypes = {kInt8, kText,  kText,  kText,  kT
                                                kInt4, kInt4,  kInt4,  kInt4,  kText,
                                                kText, kUuid,  kJsonb, kJsonb, kJsonb};
 
-// One job's row as hooks see it, after the change.
-struct JobFields {
-  std::int64_t id = 0;
-  std::string queue, task, state;
-  std::int32_t attempt = 0, max_attempts = 0, run_count = 0, priority = 0;
-  std::optional<std::string> limit_key, unique_key, worker_id;
-  std::string args_json;
-  std::optional<std::string> result_json;
-  std::string errors_json;
-};
-
-std::map<std::int64_t, JobFields> ReadJobs(pg::Connection& conn,
-                                           const std::vector<std::int64_t>& ids) {
-  pg::Result r = conn.exec(
-      "SELECT id, queue, task, state, attempt, max_attempts, run_count, priority, limit_key,"
-      " unique_key, worker_id::text, args::text, result::text, errors::text"
-      " FROM akadze.jobs WHERE id = ANY($1::int8[])",
-      pg::Params().add_array(ids));
-  std::map<std::int64_t, JobFields> jobs;
-  for (int i = 0; i < r.rows(); ++i) {
-    JobFields f;
-    f.id = r.int64(i, 0);
-    f.queue = r.text(i, 1);
-    f.task = r.text(i, 2);
-    f.state = r.text(i, 3);
-    f.attempt = static_cast<std::int32_t>(r.int64(i, 4));
-    f.max_attempts = static_cast<std::int32_t>(r.int64(i, 5));
-    f.run_count = static_cast<std::int32_t>(r.int64(i, 6));
-    f.priority = static_cast<std::int32_t>(r.int64(i, 7));
-    f.limit_key = r.optional_text(i, 8);
-    f.unique_key = r.optional_text(i, 9);
-    f.worker_id = r.optional_text(i, 10);
-    f.args_json = r.text(i, 11);
-    f.result_json = r.optional_text(i, 12);
-    f.errors_json = r.text(i, 13);
-    jobs.emplace(f.id, std::move(f));
-  }
+// The jobs' rows as hooks see them, after the change, by id.
+std::map<std::int64_t, JobRow> ReadChangedJobs(pg::Connection& conn,
+                                               const std::vector<std::int64_t>& ids) {
+  std::map<std::int64_t, JobRow> jobs;
+  for (JobRow& row : ReadJobs(conn, ids, kJobRowForHooks)) jobs.emplace(row.id, std::move(row));
   return jobs;
 }
 
@@ -106,15 +75,6 @@ extern "C" int ExecSql(const akadzed_transition* transition, const char* sql, in
 
 }  // namespace
 
-HookError::HookError(std::string hook, std::int64_t job_id, std::string from, std::string to,
-                     const std::string& message)
-    : std::runtime_error("hook " + hook + " refused job " + std::to_string(job_id) + " " + from +
-                         "->" + to + ": " + message),
-      hook_(std::move(hook)),
-      job_id_(job_id),
-      from_(std::move(from)),
-      to_(std::move(to)) {}
-
 TransitionHooks::TransitionHooks() = default;
 TransitionHooks::~TransitionHooks() = default;
 
@@ -124,7 +84,7 @@ void TransitionHooks::Add(const HookConfig& config) {
   hooks_.push_back(std::move(hook));
 }
 
-bool TransitionHooks::AnyFrom(std::string_view from_state) const {
+bool TransitionHooks::AnyFrom(JobState from_state) const {
   for (const Hook& hook : hooks_) {
     if (hook.config.from.empty() ||
         std::find(hook.config.from.begin(), hook.config.from.end(), from_state) !=
@@ -135,15 +95,17 @@ bool TransitionHooks::AnyFrom(std::string_view from_state) const {
   return false;
 }
 
-void TransitionHooks::Fire(pg::Connection& conn, std::string_view from_state,
+void TransitionHooks::Fire(pg::Connection& conn, JobState from_state,
                            const std::vector<std::int64_t>& job_ids) const {
   if (job_ids.empty() || !AnyFrom(from_state)) return;
-  const std::map<std::int64_t, JobFields> jobs = ReadJobs(conn, job_ids);
-  const std::string from(from_state);
+  const std::map<std::int64_t, JobRow> jobs = ReadChangedJobs(conn, job_ids);
+  const JobState from = from_state;
+  const std::string from_name(JobStateName(from));
   for (std::int64_t id : job_ids) {
     auto found = jobs.find(id);
     if (found == jobs.end()) continue;  // deleted meanwhile: nothing changed state
-    const JobFields& job = found->second;
+    const JobRow& job = found->second;
+    const std::string to_name(JobStateName(job.state));
     if (job.state == from) continue;    // not a change of state
     for (const Hook& hook : hooks_) {
       if (!hook.config.Matches(from, job.state)) continue;
@@ -155,8 +117,8 @@ void TransitionHooks::Fire(pg::Connection& conn, std::string_view from_state,
         t.id = job.id;
         t.queue = job.queue.c_str();
         t.task = job.task.c_str();
-        t.from_state = from.c_str();
-        t.to_state = job.state.c_str();
+        t.from_state = from_name.c_str();
+        t.to_state = to_name.c_str();
         t.attempt = job.attempt;
         t.max_attempts = job.max_attempts;
         t.run_count = job.run_count;
@@ -173,7 +135,7 @@ void TransitionHooks::Fire(pg::Connection& conn, std::string_view from_state,
         if (host.connection_failure) std::rethrow_exception(host.connection_failure);
       } else {
         pg::Params params;
-        params.add(job.id).add(job.queue).add(job.task).add(from).add(job.state)
+        params.add(job.id).add(job.queue).add(job.task).add(from_name).add(to_name)
             .add(job.attempt).add(job.max_attempts).add(job.run_count).add(job.priority)
             .add(job.limit_key).add(job.unique_key).add(job.worker_id).add(job.args_json)
             .add(job.result_json).add(job.errors_json)

@@ -27,32 +27,19 @@
 #include <string_view>
 #include <vector>
 
+#include "core/job_states.h"
 #include "hooks/hook_config.h"
 #include "pg/connection.h"
+#include "store/transition_listener.h"
 
 namespace akadzed {
 
 class PluginHook;
 
-// A hook refused a transition. The transaction it ran in must be rolled
-// back (a failed SQL statement has aborted it already).
-class HookError : public std::runtime_error {
- public:
-  HookError(std::string hook, std::int64_t job_id, std::string from, std::string to,
-            const std::string& message);
-  const std::string& hook() const { return hook_; }
-  std::int64_t job_id() const { return job_id_; }
-  // "queued->running"
-  std::string transition() const { return from_ + "->" + to_; }
-
- private:
-  std::string hook_;
-  std::int64_t job_id_;
-  std::string from_;
-  std::string to_;
-};
-
-class TransitionHooks {
+// The transition listener of the store's finish and rescue
+// (store/transition_listener.h, which also holds HookError), and what the
+// claim's before_commit calls.
+class TransitionHooks : public TransitionListener {
  public:
   TransitionHooks();
   ~TransitionHooks();
@@ -69,15 +56,15 @@ class TransitionHooks {
   bool empty() const { return hooks_.empty(); }
 
   // True when some hook may fire for a change from `from_state`.
-  bool AnyFrom(std::string_view from_state) const;
+  bool AnyFrom(JobState from_state) const override;
 
   // Runs, in the transaction open on `conn`, every hook matching each job's
   // change from `from_state` to its current state (the job rows are read
-  // back in that transaction), jobs in `job_ids` order, hooks in config
+  // back in that transaction, store/job_row.h), jobs in `job_ids` order, hooks in config
   // order. Throws HookError for the first hook that fails (the caller rolls
   // back), and pg::PgError for database errors of its own reads.
-  void Fire(pg::Connection& conn, std::string_view from_state,
-            const std::vector<std::int64_t>& job_ids) const;
+  void Fire(pg::Connection& conn, JobState from_state,
+            const std::vector<std::int64_t>& job_ids) const override;
 
  private:
   struct Hook {

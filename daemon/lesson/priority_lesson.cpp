@@ -4,6 +4,8 @@
 
 #include "claim/claim_transaction.h"
 #include "pg/transaction.h"
+#include "store/job_row.h"
+#include "store/lesson_jobs.h"
 
 namespace akadzed {
 
@@ -14,40 +16,10 @@ constexpr const char* kWorkerA = "0000000a-0000-4000-8000-00000000000a";
 constexpr const char* kWorkerB = "0000000b-0000-4000-8000-00000000000b";
 constexpr std::int64_t kFiveMinutes = 5LL * 60 * 1000000;
 
-struct Seed {
-  std::int64_t id;
-  int priority;
-  int minutes_ago;
-};
-
-// Moves akadze.jobs' identity past the explicit ids the lesson inserted, so
-// later inserts of the application never collide with them.
-void AdvanceIdentity(pg::Transaction& tx) {
-  tx.exec("SELECT setval(pg_get_serial_sequence('akadze.jobs', 'id'),"
-          " GREATEST((SELECT max(id) FROM akadze.jobs),"
-          "          (SELECT last_value FROM akadze.jobs_id_seq)))");
-}
-
 // Replaces the lesson queue's rows with `jobs` (explicit ids, run_at
 // `minutes_ago` before now).
-void Prepare(pg::Connection& conn, const std::vector<Seed>& jobs, const std::string& queue = kQueue) {
-  pg::Transaction tx(conn);
-  tx.exec("DELETE FROM akadze.jobs WHERE queue = $1", pg::Params().add(queue));
-  std::vector<std::int64_t> ids, priorities, minutes;
-  for (const Seed& s : jobs) {
-    ids.push_back(s.id);
-    priorities.push_back(s.priority);
-    minutes.push_back(s.minutes_ago);
-  }
-  tx.exec(
-      "INSERT INTO akadze.jobs (id, task, queue, priority, run_at, created_at)"
-      " OVERRIDING SYSTEM VALUE"
-      " SELECT i, 'lesson07_task', $4, p, now() - m * interval '1 minute',"
-      "        now() - m * interval '1 minute'"
-      " FROM unnest($1::int8[], $2::int[], $3::int[]) AS u(i, p, m)",
-      pg::Params().add_array(ids).add_array(priorities).add_array(minutes).add(queue));
-  AdvanceIdentity(tx);
-  tx.commit();
+void Prepare(pg::Connection& conn, const std::vector<LessonSeed>& jobs, const std::string& queue = kQueue) {
+  ReplaceLessonJobs(conn, queue, jobs);
 }
 
 std::string WorkerName(std::string_view uuid) {
@@ -57,22 +29,24 @@ std::string WorkerName(std::string_view uuid) {
 }
 
 LessonJob Load(pg::Connection& conn, std::int64_t id) {
-  pg::Result r = conn.exec(
-      "SELECT priority, state, COALESCE(worker_id::text, '') FROM akadze.jobs WHERE id = $1",
-      pg::Params().add(id));
   LessonJob job;
   job.id = id;
-  if (r.rows() == 1) {
-    job.priority = static_cast<int>(r.int64(0, 0));
+  if (std::optional<JobRow> row = ReadJob(conn, id, kJobRowCore)) {
+    job.priority = row->priority;
     job.effective = job.priority;
-    job.state = r.text(0, 1);
-    job.worker = WorkerName(r.text(0, 2));
+    job.state = row->state;
+    job.worker = WorkerName(row->worker_id.value_or(""));
   }
   return job;
 }
 
+// The job's state as the lesson prints it ("" when its row is gone).
+std::string StateText(const LessonJob& job) {
+  return job.state ? std::string(JobStateName(*job.state)) : "";
+}
+
 LessonJob FromClaim(const ClaimedJob& c, const std::string& worker) {
-  return LessonJob{c.id, c.priority, c.effective_priority, "running", worker};
+  return LessonJob{c.id, c.priority, c.effective_priority, JobState::kRunning, worker};
 }
 
 ClaimRequest Request(int slots, const char* worker) {
@@ -84,8 +58,7 @@ ClaimRequest Request(int slots, const char* worker) {
 }
 
 void Finish(pg::Connection& conn, std::int64_t id) {
-  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id = $1",
-            pg::Params().add(id));
+  MarkLessonJobSucceeded(conn, id);
 }
 
 std::string Describe(const LessonJob& j, bool with_effective = false) {
@@ -156,12 +129,12 @@ LessonReport SkipLockedExperiment(pg::Connection& conn, pg::Connection& other,
   jobs->clear();
   for (std::int64_t id : {43, 45}) {
     jobs->push_back(Load(conn, id));
-    report.observed.push_back("#" + std::to_string(id) + ": " + jobs->back().state + ", worker " +
+    report.observed.push_back("#" + std::to_string(id) + ": " + StateText(jobs->back()) + ", worker " +
                               (jobs->back().worker.empty() ? "-" : jobs->back().worker));
   }
   report.as_expected = got_a.jobs.size() == 1 && got_a.jobs[0].id == 43 && got_b.jobs.size() == 1 &&
-                       got_b.jobs[0].id == 45 && (*jobs)[0].state == "running" &&
-                       (*jobs)[1].state == "running" && (*jobs)[0].worker == "A" &&
+                       got_b.jobs[0].id == 45 && (*jobs)[0].state == JobState::kRunning &&
+                       (*jobs)[1].state == JobState::kRunning && (*jobs)[0].worker == "A" &&
                        (*jobs)[1].worker == "B";
   return report;
 }
@@ -178,14 +151,7 @@ LessonReport StarvationExperiment(pg::Connection& conn, std::vector<LessonJob>* 
   bool all_high = true;
   for (int round = 1; round <= 5; ++round) {
     std::int64_t id = 45 + round;
-    {
-      pg::Transaction tx(conn);
-      tx.exec("INSERT INTO akadze.jobs (id, task, queue, priority) OVERRIDING SYSTEM VALUE"
-              " VALUES ($1, 'lesson07_task', $2, $3)",
-              pg::Params().add(id).add(kQueue).add(kHigh));
-      AdvanceIdentity(tx);
-      tx.commit();
-    }
+    AddLessonJob(conn, id, kQueue, kHigh);
     ClaimResult r = RunClaim(conn, Request(1, kWorkerA));
     if (r.jobs.empty()) {
       all_high = false;
@@ -199,8 +165,8 @@ LessonReport StarvationExperiment(pg::Connection& conn, std::vector<LessonJob>* 
     Finish(conn, r.jobs.front().id);
   }
   *low = Load(conn, 42);
-  report.observed.push_back("LOW #42 is " + low->state);
-  report.as_expected = all_high && claimed->size() == 5 && low->state == "queued";
+  report.observed.push_back("LOW #42 is " + StateText(*low));
+  report.as_expected = all_high && claimed->size() == 5 && low->state == JobState::kQueued;
   return report;
 }
 
@@ -241,7 +207,7 @@ LessonReport AgingExperiment(pg::Connection& conn, std::vector<LessonJob>* witho
   report.observed.push_back(
       r.jobs.empty() ? "worker A claimed nothing"
                      : "worker A claimed " + Describe(*claimed, true) + "; stored: state=" +
-                           claimed->state + " priority=" + std::to_string(claimed->priority) +
+                           StateText(*claimed) + " priority=" + std::to_string(claimed->priority) +
                            " run_count=" + std::to_string(r.jobs.front().run_count));
 
   // Question 4: priority 1, waited 17 minutes, interval 5 minutes.
@@ -255,7 +221,7 @@ LessonReport AgingExperiment(pg::Connection& conn, std::vector<LessonJob>* witho
   *question4 = q.jobs.empty() ? -1 : q.jobs.front().effective_priority;
   report.observed.push_back("question 4: priority 1 after 17 minutes -> effective " +
                             std::to_string(*question4) + " (1 + floor(17 / 5))");
-  conn.exec("DELETE FROM akadze.jobs WHERE queue = 'lesson07-q4'");
+  DeleteQueueJobs(conn, "lesson07-q4");
 
   report.as_expected = !without_aging->empty() && without_aging->front().id == 43 &&
                        Ids(*with_aging) == std::vector<std::int64_t>{42, 43, 44} &&

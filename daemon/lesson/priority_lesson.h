@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/job_states.h"
 #include "pg/connection.h"
 
 namespace akadzed {
@@ -27,7 +29,7 @@ struct LessonJob {
   std::int64_t id = 0;
   int priority = 0;                 // as stored
   std::int64_t effective = 0;       // what the claim ordered by
-  std::string state;
+  std::optional<JobState> state;    // nullopt: the row is gone
   std::string worker;               // "A", "B" or "" (the lesson's worker names)
 };
 

@@ -12,24 +12,6 @@
 
 namespace akadzed {
 
-namespace {
-
-// Limit keys with running jobs whose applicable akadze.limits row (own, else
-// '*') exists, busiest first, with the row's running cap and the number of
-// such keys overall. Reads running jobs through jobs_running_limit_key_idx.
-constexpr const char* kLimitKeysSql =
-    "SELECT r.key, r.n,"
-    " CASE WHEN own.key IS NOT NULL THEN own.max_running ELSE star.max_running END,"
-    " count(*) OVER ()"
-    " FROM (SELECT limit_key AS key, count(*) AS n FROM akadze.jobs"
-    "   WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key) r"
-    " LEFT JOIN akadze.limits own ON own.key = r.key"
-    " LEFT JOIN akadze.limits star ON star.key = '*'"
-    " WHERE own.key IS NOT NULL OR star.key IS NOT NULL"
-    " ORDER BY r.n DESC, r.key LIMIT $1";
-
-}  // namespace
-
 DbGauges::DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaugeOptions options)
     : session_(std::move(conninfo), "akadzed metrics"),
       queues_(std::move(queues)),
@@ -96,12 +78,7 @@ DbGauges::Snapshot DbGauges::Read() {
       if (!s.schema_problem.empty()) return;  // the tables may not be there: read nothing
       try {
         s.queues = ListQueues(conn);
-        pg::Result r = tx.exec(kLimitKeysSql,
-                               pg::Params().add(static_cast<std::int64_t>(options_.max_limit_keys)));
-        for (int i = 0; i < r.rows(); ++i) {
-          s.limits.push_back({std::string(r.text(i, 0)), r.int64(i, 1), r.optional_int64(i, 2)});
-          s.limit_keys = r.int64(i, 3);
-        }
+        s.limits = ListLimitKeysInUse(conn, options_.max_limit_keys, &s.limit_keys);
         s.gauges_read = true;
       } catch (const pg::SqlError& e) {
         // The database answered, the gauges' statements did not (e.g. the

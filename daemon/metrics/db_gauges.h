@@ -22,11 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "admin/job_admin.h"
 #include "metrics/exposition_writer.h"
 #include "runtime/db_session.h"
-#include "runtime/service_loop.h"
 #include "core/thread_annotations.h"
+#include "runtime/service_loop.h"
+#include "store/job_admin.h"
+#include "store/limits_table.h"
 
 namespace akadzed {
 
@@ -36,13 +37,6 @@ struct DbGaugeOptions {
   std::chrono::milliseconds statement_timeout{2000};  // per statement of a read
   std::size_t max_queues = 1000;                      // queues exported (by name)
   std::size_t max_limit_keys = 1000;                  // limit keys exported (busiest first)
-};
-
-// A limit key with running jobs and an applicable akadze.limits row.
-struct LimitKeyUse {
-  std::string key;
-  std::int64_t running = 0;
-  std::optional<std::int64_t> max_running;  // the applicable row's cap, if any
 };
 
 class DbGauges {

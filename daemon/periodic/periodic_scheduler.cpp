@@ -8,9 +8,9 @@
 #include <spdlog/spdlog.h>
 
 #include "core/redact.h"
-#include "pg/params.h"
 #include "pg/transaction.h"
 #include "runtime/log_line.h"
+#include "store/periodic_runs.h"
 
 namespace akadzed {
 
@@ -57,8 +57,7 @@ FireResult FirePeriodic(pg::Connection& conn, const PeriodicConfig& entry) {
   FireResult result;
   pg::Transaction tx(conn);
   // now() is the transaction's start: every statement below sees one instant.
-  result.db_now_us =
-      tx.exec("SELECT (extract(epoch FROM now()) * 1000000)::int8").int64(0, 0);
+  result.db_now_us = TransactionNowUs(tx);
   const std::optional<std::int64_t> fire = LatestFire(entry.schedule, result.db_now_us, entry.grace_us);
   if (!fire) {
     tx.rollback();
@@ -70,31 +69,15 @@ FireResult FirePeriodic(pg::Connection& conn, const PeriodicConfig& entry) {
   // The fire row first: a concurrent daemon inserting the same (name,
   // fire_at) waits here for our commit or rollback. The job only if the fire
   // row is ours, and not while the entry's previous job holds the unique key.
-  pg::Result r = tx.exec(
-      "WITH fire AS ("
-      "  INSERT INTO akadze.periodic_runs (name, fire_at)"
-      "  VALUES ($1, to_timestamp($2::int8 / 1000000.0)) ON CONFLICT DO NOTHING RETURNING fire_at),"
-      " job AS ("
-      "  INSERT INTO akadze.jobs (task, args, queue, priority, max_attempts, unique_key)"
-      "  SELECT $3, $4::jsonb, $5, $6::smallint, $7::int, $8 FROM fire"
-      "  ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')"
-      "  DO NOTHING RETURNING id)"
-      " SELECT (SELECT count(*) FROM fire), (SELECT id FROM job)",
-      pg::Params()
-          .add(entry.name)
-          .add(*fire)
-          .add(entry.task)
-          .add(entry.args_json)
-          .add(entry.queue)
-          .add(entry.priority)
-          .add(entry.max_attempts)
-          .add(unique_key));
-  if (r.int64(0, 0) == 0) {
+  const FireInsert inserted = InsertFire(
+      tx, PeriodicJob{entry.name, entry.task, entry.args_json, entry.queue, entry.priority, entry.max_attempts, unique_key},
+      *fire);
+  if (!inserted.fire_recorded) {
     tx.rollback();
     result.kind = FireResult::Kind::kTaken;
     return result;
   }
-  const std::optional<std::int64_t> job_id = r.optional_int64(0, 1);
+  const std::optional<std::int64_t> job_id = inserted.job_id;
   if (!job_id) {
     // akadze's rule: the fire is not recorded, so a later tick within the
     // grace may still enqueue it once the previous job is done.
@@ -102,9 +85,7 @@ FireResult FirePeriodic(pg::Connection& conn, const PeriodicConfig& entry) {
     result.kind = FireResult::Kind::kOverlapped;
     return result;
   }
-  tx.exec("UPDATE akadze.periodic_runs SET job_id = $3"
-          " WHERE name = $1 AND fire_at = to_timestamp($2::int8 / 1000000.0)",
-          pg::Params().add(entry.name).add(*fire).add(*job_id));
+  LinkFireJob(tx, entry.name, *fire, *job_id);
   tx.commit();
   result.kind = FireResult::Kind::kEnqueued;
   result.job_id = *job_id;

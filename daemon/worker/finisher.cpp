@@ -26,12 +26,12 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
     return;
   }
   std::string next;
-  if (result.state == "queued") next = fmt::format(" run_in={:.1f}s", result.run_in_s);
+  if (result.state == JobState::kQueued) next = fmt::format(" run_in={:.1f}s", result.run_in_s);
   std::string error;
   if (!o.error.empty()) {
     error = fmt::format(" error={} | {}", LogValue(o.error), TruncateUtf8(OneLine(RedactSecrets(o.message)), 300));
   }
-  auto level = result.state == "failed" ? spdlog::level::warn : spdlog::level::info;
+  auto level = result.state == JobState::kFailed ? spdlog::level::warn : spdlog::level::info;
   spdlog::log(level, "finish job={} task={} queue={} outcome={} state={} failed_runs={} duration_ms={:.0f}{}{}",
               job.id, LogValue(job.task), LogValue(job.queue), OutcomeKindName(o.kind), result.state, result.attempt,
               item.duration_ms, next, error);
@@ -141,7 +141,7 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
           return FinishJobs(c, worker_id, {requests[k]}, hooks_);
         }).front());
       } catch (const HookError&) {  // logged by the hook runner
-        results.push_back({requests[k].job_id, false, "", 0, 0});
+        results.push_back({requests[k].job_id, false, {}, 0, 0});
         fates[k] = RowFate::kRefused;
       } catch (const pg::ConnectionError&) {
         throw;
@@ -164,7 +164,7 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
         spdlog::error("finish_unprocessable job={} run={} | {}; not recorded: the job stays running until the "
                       "lease keeper releases it (heartbeat_ttl after its claim)",
                       requests[k].job_id, requests[k].run_count, OneLine(e.what()));
-        results.push_back({requests[k].job_id, false, "", 0, 0});
+        results.push_back({requests[k].job_id, false, {}, 0, 0});
         fates[k] = RowFate::kGivenUp;
       }
       break;

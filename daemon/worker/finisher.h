@@ -21,9 +21,9 @@
 #include "hooks/transition_hooks.h"
 #include "runtime/db_session.h"
 #include "metrics/worker_metrics.h"
-#include "worker/job_finish.h"
-#include "runtime/service_loop.h"
 #include "core/thread_annotations.h"
+#include "runtime/service_loop.h"
+#include "store/job_finish.h"
 
 namespace akadzed {
 

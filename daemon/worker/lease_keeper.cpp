@@ -8,7 +8,7 @@
 #include "core/duration.h"
 #include "core/redact.h"
 #include "pg/pg_error.h"
-#include "worker/job_finish.h"
+#include "store/job_finish.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {

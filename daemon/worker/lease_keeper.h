@@ -45,11 +45,12 @@
 #include <vector>
 
 #include "config/config.h"
+#include "hooks/transition_hooks.h"
 #include "runtime/db_session.h"
 #include "runtime/service_loop.h"
 #include "worker/running_jobs.h"
-#include "worker/worker_lease.h"
 #include "core/thread_annotations.h"
+#include "store/worker_lease.h"
 
 namespace akadzed {
 

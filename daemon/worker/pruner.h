@@ -1,11 +1,8 @@
-// Pruning: deletes finished jobs older than the retention, periodic runs
-// older than it, and start marks no limit window can still count, in batches
-// (one DELETE per table per batch, rows locked elsewhere skipped), so that
-// the tables stay small without long-running statements. Every daemon
-// prunes; SKIP LOCKED keeps them out of each other's way.
+// Pruning: the thread that runs the store's PruneBatch (store/prune.h) until
+// every table is below a full batch, once per interval. Every daemon prunes;
+// SKIP LOCKED keeps them out of each other's way.
 //
-// Thread-safety: PruneBatch uses the connection it is given; a Pruner's
-// Start/Stop are for its owner only.
+// Thread-safety: a Pruner's Start/Stop are for its owner only.
 #pragma once
 
 #include <chrono>
@@ -13,21 +10,11 @@
 #include <string>
 
 #include "config/config.h"
-#include "pg/connection.h"
 #include "runtime/db_session.h"
 #include "runtime/service_loop.h"
+#include "store/prune.h"
 
 namespace akadzed {
-
-struct PruneCounts {
-  std::int64_t jobs = 0;           // succeeded/failed/cancelled, finished before the retention
-  std::int64_t periodic_runs = 0;  // fired before the retention
-  std::int64_t start_marks = 0;    // older than every starts_window (and at least an hour)
-};
-
-// Deletes at most `batch` rows of each kind. A count equal to `batch` means
-// more may be left.
-PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batch);
 
 // The pruning loop, on the service kit (runtime/service_loop.h): a round
 // every pruning.interval; a failed round is retried after the guard's

@@ -8,7 +8,7 @@
 #include "core/redact.h"
 #include "pg/params.h"
 #include "pg/pg_error.h"
-#include "worker/job_finish.h"
+#include "store/job_finish.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {
@@ -126,9 +126,9 @@ void QueueRunner::ClaimLoop() {
       request.aging_us = queue_.aging_us;
       request.worker_id = lease_.worker_id();
       request.lease_span_us = lease_.lease_span_us();
-      if (hooks_ && hooks_->AnyFrom("queued")) {
+      if (hooks_ && hooks_->AnyFrom(JobState::kQueued)) {
         request.before_commit = [this](pg::Connection& c, const std::vector<std::int64_t>& ids) {
-          hooks_->Fire(c, "queued", ids);
+          hooks_->Fire(c, JobState::kQueued, ids);
         };
       }
       // After a failure the backoff counts from now: a claim that failed after
@@ -380,13 +380,9 @@ int QueueRunner::ReleaseInDoubtClaim(const std::string& worker_id) {
     held.assign(held_.begin(), held_.end());
   }
   return session_.Run([&](pg::Connection& c) {
-    pg::Result rows = c.exec(
-        "SELECT id, run_count FROM akadze.jobs WHERE worker_id = $1::uuid AND state = 'running'"
-        " AND queue = $2 AND id <> ALL($3::int8[])",
-        pg::Params().add(worker_id).add(queue_.name).add_array(held));
     std::vector<FinishRequest> requests;
-    for (int i = 0; i < rows.rows(); ++i) {
-      requests.push_back({rows.int64(i, 0), static_cast<std::int32_t>(rows.int64(i, 1)),
+    for (const OwnedJob& job : OwnedRunningJobsOfQueue(c, worker_id, queue_.name, held)) {
+      requests.push_back({job.id, job.run_count,
                           JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}});
     }
     int released = 0;

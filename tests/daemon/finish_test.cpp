@@ -1,4 +1,4 @@
-// Finishes and rescues as SQL (worker/job_finish.h, worker/worker_lease.h)
+// Finishes and rescues as SQL (store/job_finish.h, store/worker_lease.h)
 // against a real PostgreSQL: akadze's next-state rules, fencing, error
 // trimming and redaction, and the rescue of jobs of dead workers.
 #include <catch2/catch.hpp>
@@ -9,8 +9,8 @@
 #include "pg/connection.h"
 #include "pg/pg_error.h"
 #include "support/test_cluster.h"
-#include "worker/job_finish.h"
-#include "worker/worker_lease.h"
+#include "store/job_finish.h"
+#include "store/worker_lease.h"
 
 namespace akadzed {
 namespace {
@@ -65,7 +65,7 @@ TEST_CASE("success stores the result and the finish time", "[finish]") {
   o.result_json = R"({"n": 42, "s": "x"})";
   FinishResult r = db.Finish(id, o);
   CHECK(r.applied);
-  CHECK(r.state == "succeeded");
+  CHECK(r.state == JobState::kSucceeded);
   json row = db.Row(id);
   CHECK(row["state"] == "succeeded");
   CHECK(row["result"] == json{{"n", 42}, {"s", "x"}});
@@ -84,7 +84,7 @@ TEST_CASE("retry spends an attempt and waits the backoff, or the given delay", "
   JobOutcome with_delay = Outcome(OutcomeKind::kRetry, "E", "m");
   with_delay.delay_us = 120'000'000;
   FinishResult rd = db.Finish(delayed, with_delay);
-  CHECK(r1.state == "queued");
+  CHECK(r1.state == JobState::kQueued);
   CHECK(r1.attempt == 1);
   CHECK(r1.run_in_s == Approx(1).margin(0.2));
   CHECK(r3.attempt == 5);
@@ -100,8 +100,8 @@ TEST_CASE("a retry with its attempts spent fails the job, as does fail", "[finis
   Db db;
   auto last = db.RunningJob(2, 3);
   auto permanent = db.RunningJob(0, 3);
-  CHECK(db.Finish(last, Outcome(OutcomeKind::kRetry, "E", "m")).state == "failed");
-  CHECK(db.Finish(permanent, Outcome(OutcomeKind::kFail, "Bad", "no")).state == "failed");
+  CHECK(db.Finish(last, Outcome(OutcomeKind::kRetry, "E", "m")).state == JobState::kFailed);
+  CHECK(db.Finish(permanent, Outcome(OutcomeKind::kFail, "Bad", "no")).state == JobState::kFailed);
   CHECK(db.Row(last)["attempt"] == 3);
   CHECK(db.Row(permanent)["attempt"] == 1);
   CHECK_FALSE(db.Row(permanent)["finished_at"].is_null());
@@ -115,14 +115,14 @@ TEST_CASE("snooze, cancel and release", "[finish]") {
   JobOutcome snooze = Outcome(OutcomeKind::kSnooze);
   snooze.delay_us = 30'000'000;
   FinishResult rs = db.Finish(snoozed, snooze);
-  CHECK(rs.state == "queued");
+  CHECK(rs.state == JobState::kQueued);
   CHECK(rs.run_in_s == Approx(30).margin(0.2));
   json row = db.Row(snoozed);
   CHECK(row["attempt"] == 1);
   CHECK(row["snoozes"] == 1);
-  CHECK(db.Finish(cancelled, Outcome(OutcomeKind::kCancel)).state == "cancelled");
+  CHECK(db.Finish(cancelled, Outcome(OutcomeKind::kCancel)).state == JobState::kCancelled);
   json before = db.Row(released);
-  CHECK(db.Finish(released, Outcome(OutcomeKind::kRelease)).state == "queued");
+  CHECK(db.Finish(released, Outcome(OutcomeKind::kRelease)).state == JobState::kQueued);
   json after = db.Row(released);
   CHECK(after["attempt"] == 1);
   CHECK(after["run_at"] == before["run_at"]);
@@ -177,7 +177,7 @@ TEST_CASE("one statement finishes a batch, results in request order", "[finish]"
   for (int i = 0; i < 50; ++i) {
     CHECK(results[i].job_id == batch[i].job_id);
     CHECK(results[i].applied == (i != 7));
-    if (i != 7) CHECK(results[i].state == (i % 2 ? "succeeded" : "queued"));
+    if (i != 7) CHECK(results[i].state == (i % 2 ? JobState::kSucceeded : JobState::kQueued));
   }
 }
 
@@ -215,9 +215,9 @@ TEST_CASE("the rescue requeues or fails jobs of workers past the ttl", "[lease]"
   REQUIRE(rescued.size() == 3);
   CHECK(rescued[0].id == requeued);
   CHECK(rescued[0].worker_id == dead.id);
-  CHECK(rescued[0].state == "queued");
+  CHECK(rescued[0].state == JobState::kQueued);
   CHECK(rescued[1].id == spent);
-  CHECK(rescued[1].state == "failed");
+  CHECK(rescued[1].state == JobState::kFailed);
   CHECK(rescued[2].id == orphan);
   json row = db.Row(requeued);
   CHECK(row["attempt"] == 1);
@@ -265,13 +265,13 @@ TEST_CASE("a job with a cancel request is cancelled where it would be queued aga
   auto released = db.RunningJob();
   auto succeeded = db.RunningJob();
   db.conn.exec("UPDATE akadze.jobs SET cancel_requested_at = now()");
-  CHECK(db.Finish(retried, Outcome(OutcomeKind::kRetry, "E", "m")).state == "cancelled");
+  CHECK(db.Finish(retried, Outcome(OutcomeKind::kRetry, "E", "m")).state == JobState::kCancelled);
   JobOutcome snooze = Outcome(OutcomeKind::kSnooze);
   snooze.delay_us = 1'000'000;
-  CHECK(db.Finish(snoozed, snooze).state == "cancelled");
-  CHECK(db.Finish(released, Outcome(OutcomeKind::kRelease)).state == "cancelled");
+  CHECK(db.Finish(snoozed, snooze).state == JobState::kCancelled);
+  CHECK(db.Finish(released, Outcome(OutcomeKind::kRelease)).state == JobState::kCancelled);
   // A run that finished its work keeps its success.
-  CHECK(db.Finish(succeeded, Outcome(OutcomeKind::kSuccess)).state == "succeeded");
+  CHECK(db.Finish(succeeded, Outcome(OutcomeKind::kSuccess)).state == JobState::kSucceeded);
   CHECK_FALSE(db.Row(released)["finished_at"].is_null());
   CHECK(db.Row(retried)["attempt"] == 1);
 }
@@ -283,7 +283,7 @@ TEST_CASE("the rescue cancels a lost job whose cancel was requested", "[lease]")
                " started_at = now() - interval '1 minute'");
   auto rescued = RescueLostJobs(db.conn, 30'000'000);
   REQUIRE(rescued.size() == 1);
-  CHECK(rescued[0].state == "cancelled");
+  CHECK(rescued[0].state == JobState::kCancelled);
   CHECK_FALSE(db.Row(id)["finished_at"].is_null());
 }
 

@@ -14,8 +14,8 @@
 #include "pg/transaction.h"
 #include "support/daemon_process.h"
 #include "support/test_cluster.h"
-#include "worker/job_finish.h"
-#include "worker/worker_lease.h"
+#include "store/job_finish.h"
+#include "store/worker_lease.h"
 
 namespace akadzed {
 namespace {
@@ -49,7 +49,7 @@ std::vector<std::string> Transitions(pg::Connection& conn, std::int64_t id,
 }
 
 HookConfig SqlHook(const std::string& name, const std::string& sql,
-                   std::vector<std::string> from = {}, std::vector<std::string> to = {}) {
+                   std::vector<JobState> from = {}, std::vector<JobState> to = {}) {
   HookConfig h;
   h.name = name;
   h.sql = sql;
@@ -73,7 +73,7 @@ TEST_CASE("a finish's hook writes its outbox row in the finish's transaction", "
   hooks.Add(SqlHook("outbox", kOutboxSql));
   // Uses one parameter of fifteen: the others are typed all the same.
   hooks.Add(SqlHook("only-to-failed", "INSERT INTO outbox (job_id, from_state, to_state, source)"
-                                      " VALUES ($1, 'x', 'y', 'failed-only')", {}, {"failed"}));
+                                      " VALUES ($1, 'x', 'y', 'failed-only')", {}, {JobState::kFailed}));
   const std::int64_t ok = RunningJob(conn, worker);
   const std::int64_t bad = RunningJob(conn, worker);
   JobOutcome success;
@@ -83,8 +83,8 @@ TEST_CASE("a finish's hook writes its outbox row in the finish's transaction", "
   fail.kind = OutcomeKind::kFail;
   fail.error = "Boom";
   auto results = FinishJobs(conn, worker, {{ok, 1, success}, {bad, 1, fail}}, &hooks);
-  CHECK(results[0].state == "succeeded");
-  CHECK(results[1].state == "failed");
+  CHECK(results[0].state == JobState::kSucceeded);
+  CHECK(results[1].state == JobState::kFailed);
   CHECK(Transitions(conn, ok) == std::vector<std::string>{"running->succeeded"});
   CHECK(Transitions(conn, bad) == std::vector<std::string>{"running->failed"});
   CHECK(conn.exec("SELECT result::text FROM outbox WHERE job_id = $1", pg::Params().add(ok))
@@ -100,7 +100,7 @@ TEST_CASE("a failing hook rolls the finish back: the job stays running", "[hooks
   const std::string worker = "6f1c1a4e-0000-4000-8000-000000000002";
   TransitionHooks hooks;
   hooks.Add(SqlHook("outbox", kOutboxSql));
-  hooks.Add(SqlHook("gate", kGateSql, {"running"}, {"succeeded"}));
+  hooks.Add(SqlHook("gate", kGateSql, {JobState::kRunning}, {JobState::kSucceeded}));
   const std::int64_t id = RunningJob(conn, worker);
   JobOutcome success;
   success.kind = OutcomeKind::kSuccess;
@@ -120,7 +120,7 @@ TEST_CASE("a failing hook rolls the finish back: the job stays running", "[hooks
   CHECK(conn.exec("SELECT 1").rows() == 1);  // the connection is usable again
 
   conn.exec("UPDATE gate SET open = true");
-  CHECK(FinishJobs(conn, worker, {{id, 1, success}}, &hooks)[0].state == "succeeded");
+  CHECK(FinishJobs(conn, worker, {{id, 1, success}}, &hooks)[0].state == JobState::kSucceeded);
   CHECK(Transitions(conn, id) == std::vector<std::string>{"running->succeeded"});
 }
 

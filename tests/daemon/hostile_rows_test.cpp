@@ -26,15 +26,15 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "admin/job_admin.h"
+#include "store/job_admin.h"
 #include "daemon/daemon_fixture.h"
 #include "claim/claim_transaction.h"
 #include "pg/connection.h"
 #include "pg/pg_error.h"
 #include "support/test_cluster.h"
-#include "worker/job_finish.h"
+#include "store/job_finish.h"
 #include "worker/pruner.h"
-#include "worker/worker_lease.h"
+#include "store/worker_lease.h"
 
 namespace akadzed {
 namespace {

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "admin/limits_table.h"
+#include "store/limits_table.h"
 #include "claim/claim_transaction.h"
 #include "pg/transaction.h"
 #include "support/daemon_process.h"

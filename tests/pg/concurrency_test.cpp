@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "admin/limits_table.h"
+#include "store/limits_table.h"
 #include "claim/claim_transaction.h"
 #include "support/test_cluster.h"
 

@@ -37,10 +37,10 @@ TEST_CASE("lesson 2: worker B skips #43 held by worker A and takes #45", "[lesso
   LessonReport r = SkipLockedExperiment(a, b, &jobs);
   REQUIRE(jobs.size() == 2);
   CHECK(jobs[0].id == 43);
-  CHECK(jobs[0].state == "running");
+  CHECK(jobs[0].state == JobState::kRunning);
   CHECK(jobs[0].worker == "A");
   CHECK(jobs[1].id == 45);
-  CHECK(jobs[1].state == "running");
+  CHECK(jobs[1].state == JobState::kRunning);
   CHECK(jobs[1].worker == "B");
   CHECK(r.as_expected);
 }
@@ -53,7 +53,7 @@ TEST_CASE("lesson 3: five new HIGH jobs starve LOW #42", "[lesson]") {
   CHECK(Ids(claimed) == std::vector<std::int64_t>{46, 47, 48, 49, 50});
   for (const auto& j : claimed) CHECK(j.priority == kHigh);
   CHECK(low.id == 42);
-  CHECK(low.state == "queued");
+  CHECK(low.state == JobState::kQueued);
   CHECK(r.as_expected);
 }
 
@@ -71,7 +71,7 @@ TEST_CASE("lesson 4: aged LOW #42 (effective 7) beats new HIGH and MEDIUM; prior
   CHECK(aged[1].effective == 3);
   CHECK(aged[2].effective == 2);
   CHECK(claimed.id == 42);
-  CHECK(claimed.state == "running");
+  CHECK(claimed.state == JobState::kRunning);
   CHECK(claimed.priority == kLow);  // the stored priority never changes
   CHECK(claimed.effective == 7);
   CHECK(question4 == 4);            // 1 + floor(17 / 5)

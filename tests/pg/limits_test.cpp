@@ -1,4 +1,4 @@
-// Tests of per-key limits administration: the admin/limits_table.h functions
+// Tests of per-key limits administration: the store/limits_table.h functions
 // (SetLimit / ListLimits / DeleteLimit) and the `akadzed limits set | list |
 // delete` commands, including their validation and exit codes.
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "admin/limits_table.h"
+#include "store/limits_table.h"
 #include "pg/connection.h"
 #include "support/run_command.h"
 #include "support/test_cluster.h"

@@ -653,14 +653,14 @@ TEST_CASE("hooks: filters, sql or plugin, and errors", "[config][hooks]") {
   CHECK(c.hooks[0].name == "outbox");
   CHECK(c.hooks[0].sql == "INSERT INTO outbox VALUES ($1)");
   CHECK(c.hooks[0].from.empty());
-  CHECK(c.hooks[0].Matches("running", "failed"));
-  CHECK_FALSE(c.hooks[0].Matches("running", "queued"));
+  CHECK(c.hooks[0].Matches(JobState::kRunning, JobState::kFailed));
+  CHECK_FALSE(c.hooks[0].Matches(JobState::kRunning, JobState::kQueued));
   CHECK(c.hooks[1].line == 10);
   CHECK(c.hooks[1].plugin.has_value());
   CHECK(c.hooks[1].plugin->config_json == R"({"table":"t"})");
-  CHECK(c.hooks[1].Matches("queued", "running"));
-  CHECK(c.hooks[1].Matches("queued", "cancelled"));
-  CHECK_FALSE(c.hooks[1].Matches("running", "queued"));
+  CHECK(c.hooks[1].Matches(JobState::kQueued, JobState::kRunning));
+  CHECK(c.hooks[1].Matches(JobState::kQueued, JobState::kCancelled));
+  CHECK_FALSE(c.hooks[1].Matches(JobState::kRunning, JobState::kQueued));
 
   CHECK(ErrorOf(dir, kBase + "hooks:\n  - {name: a, sql: x, plugin: {path: p.so}}\n") ==
         "F:7: hooks[0]: expected exactly one of sql or plugin, got both");

@@ -5,13 +5,17 @@
 // here before it compiles into the daemon unnoticed. The check reads the
 // sources' `#include "room/file.h"` lines, as logging_test.cpp reads log
 // calls; it is a unit test, so it runs in every CI step that runs
-// unit_tests.
+// unit_tests. A second check reads the sources' string literals: SQL on
+// akadze.* is written in the job store (store/), the claim (claim/) and the
+// migrations runner (schema/) only.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -35,18 +39,21 @@ const std::map<std::string, int>& Floors() {
       {"pg", 1},
       // Runtime support for every loop: logging, database sessions, outage
       // log, backoff, loop health, systemd notify. The schema, the embedded
-      // throwaway PostgreSQL, the claim (planner and transaction).
+      // throwaway PostgreSQL. The job store: all SQL on akadze.* but the
+      // claim's and the migrations', with the one job row reader.
       {"runtime", 2},
       {"schema", 2},
       {"embedded", 2},
-      {"claim", 2},
-      // The plugin loader and file trust; admin queries; the priority
-      // lesson; periodic schedules and their scheduler.
+      {"store", 2},
+      // The claim (planner, window reads, key locks, the transaction; it
+      // reads job rows through the store); the plugin loader and file trust;
+      // periodic schedules and their scheduler.
+      {"claim", 3},
       {"plugin", 3},
-      {"admin", 3},
-      {"lesson", 3},
       {"periodic", 3},
-      // Handlers, transition hooks, metrics.
+      // The priority lesson (runs claims), handlers, transition hooks,
+      // metrics.
+      {"lesson", 4},
       {"handlers", 4},
       {"hooks", 4},
       {"metrics", 4},
@@ -149,6 +156,152 @@ TEST_CASE("no room of daemon/ includes a room on its own floor or above", "[laye
   const std::vector<Violation> violations = LayerViolations(daemon);
   for (const Violation& v : violations) {
     UNSCOPED_INFO("daemon/" << v.file << ": " << v.include << ": " << v.why);
+  }
+  CHECK(violations.empty());
+}
+
+// The rooms whose files may hold SQL on akadze.*: the job store, the claim
+// and the migrations runner (docs/architecture.md, "Rooms and layers").
+const std::set<std::string>& SqlRooms() {
+  static const std::set<std::string> rooms = {"store", "claim", "schema"};
+  return rooms;
+}
+
+// The string literals of C++ source `text`, adjacent ones ("a" "b", across
+// lines) joined as the compiler joins them; comments and character literals
+// skipped, raw strings read whole.
+std::vector<std::string> StringLiterals(const std::string& text) {
+  std::vector<std::string> out;
+  bool joining = false;  // the last token was a literal: a next one joins it
+  std::size_t i = 0;
+  const std::size_t n = text.size();
+  while (i < n) {
+    const char c = text[i];
+    if (text.compare(i, 2, "//") == 0) {
+      i = text.find('\n', i);
+      if (i == std::string::npos) break;
+      continue;
+    }
+    if (text.compare(i, 2, "/*") == 0) {
+      i = text.find("*/", i + 2);
+      if (i == std::string::npos) break;
+      i += 2;
+      continue;
+    }
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+      continue;
+    }
+    std::string literal;
+    bool is_literal = false;
+    if (c == 'R' && i + 1 < n && text[i + 1] == '"' &&
+        (i == 0 || !(std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_'))) {
+      const std::size_t open = text.find('(', i + 2);
+      if (open == std::string::npos) break;
+      const std::string close = ")" + text.substr(i + 2, open - i - 2) + "\"";
+      const std::size_t end = text.find(close, open + 1);
+      if (end == std::string::npos) break;
+      literal = text.substr(open + 1, end - open - 1);
+      i = end + close.size();
+      is_literal = true;
+    } else if (c == '"') {
+      for (++i; i < n && text[i] != '"'; ++i) {
+        if (text[i] == '\\' && i + 1 < n) ++i;
+        literal += text[i];
+      }
+      ++i;
+      is_literal = true;
+    } else if (c == '\'' && !(i > 0 && std::isxdigit(static_cast<unsigned char>(text[i - 1])))) {
+      // A character literal (not a digit separator as in 1'000).
+      for (++i; i < n && text[i] != '\''; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+      ++i;
+    } else {
+      ++i;
+    }
+    if (is_literal) {
+      if (joining) {
+        out.back() += literal;
+      } else {
+        out.push_back(literal);
+      }
+    }
+    joining = is_literal;
+  }
+  return out;
+}
+
+// True when `text` is SQL on akadze.*: it names akadze.<something> and has
+// an SQL keyword (upper case, as every statement of the daemon writes them;
+// prose such as a metric's HELP naming a table has none).
+bool IsSqlOnAkadze(const std::string& text) {
+  static const std::regex names_table(R"(\bakadze\.[a-z_])");
+  static const std::set<std::string> keywords = {"SELECT", "INSERT", "UPDATE", "DELETE", "FROM",
+                                                 "JOIN",   "INTO",   "WHERE",  "TABLE",  "RETURNING",
+                                                 "TRUNCATE", "LOCK", "VALUES", "SET"};
+  if (!std::regex_search(text, names_table)) return false;
+  std::string word;
+  for (char c : text + " ") {
+    if (std::isupper(static_cast<unsigned char>(c))) {
+      word += c;
+      continue;
+    }
+    if (keywords.count(word) == 1 && !std::isalnum(static_cast<unsigned char>(c)) && c != '_') return true;
+    word.clear();
+  }
+  return false;
+}
+
+// Every (joined) string literal holding SQL on akadze.* in a source under
+// `daemon` outside SqlRooms().
+std::vector<Violation> SqlOutsideStore(const fs::path& daemon) {
+  std::vector<Violation> violations;
+  for (const auto& entry : fs::recursive_directory_iterator(daemon)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string ext = entry.path().extension().string();
+    if (ext != ".h" && ext != ".cpp" && ext != ".c") continue;
+    const fs::path relative = entry.path().lexically_relative(daemon);
+    if (SqlRooms().count(RoomOf(relative)) == 1) continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const std::string& literal : StringLiterals(text)) {
+      if (!IsSqlOnAkadze(literal)) continue;
+      violations.push_back({relative.string(), literal,
+                            RoomOf(relative) + " holds SQL on akadze.*: it belongs in store/"});
+    }
+  }
+  return violations;
+}
+
+TEST_CASE("the SQL checker finds SQL on akadze.* outside the store, the claim and the schema",
+          "[layers]") {
+  ScratchTree tree;
+  tree.Write("store/a.cpp", "auto q = \"SELECT 1 FROM akadze.jobs\";\n");
+  tree.Write("claim/b.cpp", "auto q = \"UPDATE akadze.jobs SET state = 'running'\";\n");
+  tree.Write("schema/c.cpp", "auto q = \"CREATE TABLE akadze.jobs ()\";\n");
+  tree.Write("worker/d.cpp",
+             "// SELECT id FROM akadze.jobs (a comment)\n/* DELETE FROM akadze.workers\n */\n"
+             "char q = '\"'; int n = 1'000; auto help = \"Jobs in akadze.jobs by state\";\n");
+  REQUIRE(SqlOutsideStore(tree.root()).empty());
+
+  tree.Write("worker/e.cpp", "conn.exec(\"DELETE FROM \"\n  \"akadze.jobs WHERE id = $1\");\n");
+  tree.Write("cli/f.cpp", "auto q = R\"sql(SELECT \"x\" FROM akadze.limits)sql\";\n");
+  std::set<std::string> found;
+  for (const Violation& v : SqlOutsideStore(tree.root())) found.insert(v.file + ": " + v.include);
+  CHECK(found == std::set<std::string>{
+                     "worker/e.cpp: DELETE FROM akadze.jobs WHERE id = $1",
+                     "cli/f.cpp: SELECT \"x\" FROM akadze.limits",
+                 });
+}
+
+TEST_CASE("no SQL on akadze.* outside the store, the claim and the migrations runner", "[layers]") {
+  const fs::path daemon =
+      fs::path(__FILE__).parent_path().parent_path().parent_path() / "daemon";
+  REQUIRE(fs::is_directory(daemon / "store"));
+  const std::vector<Violation> violations = SqlOutsideStore(daemon);
+  for (const Violation& v : violations) {
+    UNSCOPED_INFO("daemon/" << v.file << ": \"" << v.include << "\": " << v.why);
   }
   CHECK(violations.empty());
 }

@@ -11,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/job_sql.h"
-#include "handlers/job_outcome.h"
-#include "hooks/transition_hooks.h"
+#include "core/job_outcome.h"
+#include "core/job_states.h"
 #include "pg/connection.h"
+#include "store/transition_listener.h"
 
 namespace akadzed {
 
@@ -31,7 +31,7 @@ struct FinishRequest {
 struct FinishResult {
   std::int64_t job_id = 0;
   bool applied = false;      // false: stale (no longer ours); nothing changed
-  std::string state;         // the job's new state when applied
+  JobState state = JobState::kRunning;  // the job's new state when applied
   std::int32_t attempt = 0;  // failed runs after this finish
   double run_in_s = 0;       // queued: seconds until run_at
 };
@@ -46,12 +46,12 @@ struct FinishResult {
 // for a batch means one of its rows is unstorable (e.g. a result jsonb
 // rejects): callers retry rows one by one.
 //
-// With `hooks` that fire from `running`, the statement and the hooks run in
+// With `hooks` (the transition hooks) that fire from `running`, the statement and the hooks run in
 // one transaction: a HookError rolls every request back (callers retry rows
 // one by one to find the refused one, which stays running).
 std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& worker_id,
                                      const std::vector<FinishRequest>& requests,
-                                     const TransitionHooks* hooks = nullptr);
+                                     const TransitionListener* hooks = nullptr);
 
 // SQL for the state a finish of outcome `kind` (an SQL expression giving an
 // OutcomeKindName) leads to, from the job's row `j` before the finish:

@@ -1,7 +1,8 @@
 // Operator reads and writes of akadze.jobs, akadze.queue_pauses and
 // akadze.workers for the admin commands (`akadzed enqueue`, `jobs ...`,
-// `queues ...`, `workers list`, `status`). The SQL lives here; the CLI
-// (cli/admin_commands.cpp) only parses options and prints.
+// `queues ...`, `workers list`, `status`) and the metrics' gauges. The SQL
+// lives here; the CLI (cli/admin_commands.cpp) only parses options and
+// prints.
 //
 // Job args are never read by anything in this file: results carry every
 // field of a job except `args` (the rule: never print job args).
@@ -23,6 +24,7 @@
 
 #include "core/job_states.h"
 #include "pg/connection.h"
+#include "store/job_row.h"
 
 namespace akadzed {
 
@@ -46,30 +48,9 @@ struct EnqueueRequest {
   std::optional<std::string> expires_at;  // ISO-8601
 };
 
-// Every column of akadze.jobs except args.
-struct JobRow {
-  std::int64_t id = 0;
-  std::string task;
-  std::string queue;
-  std::int64_t priority = 0;
-  std::string state;
-  std::int64_t run_count = 0;
-  std::int64_t attempt = 0;
-  std::int64_t max_attempts = 0;
-  std::int64_t snoozes = 0;
-  std::string run_at;
-  std::optional<std::string> expires_at;
-  std::optional<std::string> unique_key;
-  std::optional<std::string> limit_key;
-  std::optional<std::string> worker_id;
-  std::optional<std::string> cancel_requested_at;
-  std::string created_at;
-  std::optional<std::string> started_at;
-  std::optional<std::string> finished_at;
-  std::string meta_json = "{}";
-  std::string errors_json = "[]";
-  std::optional<std::string> result_json;
-};
+// Jobs come back as JobRow (store/job_row.h) with kJobRowForAdmin's parts:
+// every column except args.
+
 
 // Throws std::invalid_argument when the request is malformed (args not a JSON
 // object, empty task or queue, priority outside smallint, max_attempts < 1,
@@ -84,7 +65,7 @@ JobRow EnqueueJob(pg::Connection& conn, const EnqueueRequest& request);
 
 // Newest first (id DESC), at most `limit` jobs; filters are optional.
 std::vector<JobRow> ListJobs(pg::Connection& conn, const std::optional<std::string>& queue,
-                             const std::optional<std::string>& state, std::int64_t limit);
+                             const std::optional<JobState>& state, std::int64_t limit);
 
 // The job, or AdminError "job N not found".
 JobRow ShowJob(pg::Connection& conn, std::int64_t id);

@@ -1,4 +1,4 @@
-#include "worker/job_finish.h"
+#include "store/job_finish.h"
 
 #include <algorithm>
 #include <optional>
@@ -9,6 +9,7 @@
 #include "core/redact.h"
 #include "pg/params.h"
 #include "pg/transaction.h"
+#include "store/job_sql.h"
 
 namespace akadzed {
 
@@ -53,7 +54,7 @@ std::string NextStateSql(std::string_view kind) {
 
 std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& worker_id,
                                      const std::vector<FinishRequest>& requests,
-                                     const TransitionHooks* hooks) {
+                                     const TransitionListener* hooks) {
   std::vector<FinishResult> results(requests.size());
   if (requests.empty()) return results;
   std::vector<std::int64_t> ids, run_counts;
@@ -106,14 +107,14 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // With hooks the update and the hooks share a transaction; without, the
   // one statement is its own.
   std::optional<pg::Transaction> tx;
-  if (hooks && hooks->AnyFrom("running")) tx.emplace(conn);
+  if (hooks && hooks->AnyFrom(JobState::kRunning)) tx.emplace(conn);
   // Planned for each batch: the generic plan of a prepared statement walks
   // the worker's running jobs once per job in the batch.
   pg::Result rows = conn.exec_replanned(kSql, params);
   if (tx) {
     std::vector<std::int64_t> applied;
     for (int i = 0; i < rows.rows(); ++i) applied.push_back(rows.int64(i, 0));
-    hooks->Fire(conn, "running", applied);
+    hooks->Fire(conn, JobState::kRunning, applied);
     tx->commit();
   }
   std::unordered_map<std::int64_t, int> row_of;
@@ -124,7 +125,7 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
     auto it = row_of.find(out.job_id);
     if (it == row_of.end()) continue;
     out.applied = true;
-    out.state = std::string(rows.text(it->second, 1));
+    out.state = JobStateFromText(rows.text(it->second, 1));
     out.attempt = static_cast<std::int32_t>(rows.int64(it->second, 2));
     out.run_in_s = rows.float64(it->second, 3);
   }

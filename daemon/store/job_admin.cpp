@@ -1,9 +1,8 @@
-#include "admin/job_admin.h"
+#include "store/job_admin.h"
 
 #include <nlohmann/json.hpp>
 
-#include "claim/claim_transaction.h"
-#include "core/job_sql.h"
+#include "store/job_sql.h"
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
 
@@ -11,48 +10,7 @@ namespace akadzed {
 
 namespace {
 
-// ISO-8601 UTC text of a timestamptz column.
-std::string Ts(const std::string& column) {
-  // 'infinity' and '-infinity' as themselves (to_char gives NULL for them).
-  return "CASE WHEN isfinite(" + column + ") THEN to_char(" + column +
-         " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') ELSE " + column + "::text END";
-}
-
-// The columns JobFromRow reads, in order; never args.
-std::string JobColumns(const std::string& t) {
-  return t + "id, " + t + "task, " + t + "queue, " + t + "priority, " + t + "state, " + t +
-         "run_count, " + t + "attempt, " + t + "max_attempts, " + t + "snoozes, " +
-         Ts(t + "run_at") + ", " + Ts(t + "expires_at") + ", " + t + "unique_key, " + t +
-         "limit_key, " + t + "worker_id::text, " + Ts(t + "cancel_requested_at") + ", " +
-         Ts(t + "created_at") + ", " + Ts(t + "started_at") + ", " + Ts(t + "finished_at") + ", " +
-         t + "meta::text, " + t + "errors::text, " + t + "result::text";
-}
-
-JobRow JobFromRow(const pg::Result& r, int i) {
-  JobRow j;
-  j.id = r.int64(i, 0);
-  j.task = std::string(r.text(i, 1));
-  j.queue = std::string(r.text(i, 2));
-  j.priority = r.int64(i, 3);
-  j.state = std::string(r.text(i, 4));
-  j.run_count = r.int64(i, 5);
-  j.attempt = r.int64(i, 6);
-  j.max_attempts = r.int64(i, 7);
-  j.snoozes = r.int64(i, 8);
-  j.run_at = std::string(r.text(i, 9));
-  j.expires_at = r.optional_text(i, 10);
-  j.unique_key = r.optional_text(i, 11);
-  j.limit_key = r.optional_text(i, 12);
-  j.worker_id = r.optional_text(i, 13);
-  j.cancel_requested_at = r.optional_text(i, 14);
-  j.created_at = std::string(r.text(i, 15));
-  j.started_at = r.optional_text(i, 16);
-  j.finished_at = r.optional_text(i, 17);
-  j.meta_json = std::string(r.text(i, 18));
-  j.errors_json = std::string(r.text(i, 19));
-  j.result_json = r.optional_text(i, 20);
-  return j;
-}
+std::string Ts(const std::string& column) { return IsoTimestampSql(column); }
 
 // Throws std::invalid_argument unless PostgreSQL reads `text` as timestamptz.
 void CheckTimestamp(pg::Connection& conn, const std::optional<std::string>& text,
@@ -121,7 +79,7 @@ JobRow EnqueueJob(pg::Connection& conn, const EnqueueRequest& request) {
         " VALUES ($1, $2::jsonb, $3, $4::smallint,"
         "   COALESCE($5::timestamptz, now() + COALESCE($6::int8, 0) * interval '1 microsecond'),"
         "   $7, $8, $9::int, $10::timestamptz)"
-        " RETURNING " + JobColumns("j."),
+        " RETURNING " + JobRowColumns(kJobRowForAdmin, "j"),
         pg::Params()
             .add(request.task)
             .add(request.args_json)
@@ -133,7 +91,7 @@ JobRow EnqueueJob(pg::Connection& conn, const EnqueueRequest& request) {
             .add(request.unique_key)
             .add(request.max_attempts)
             .add(request.expires_at));
-    return JobFromRow(r, 0);
+    return ReadJobRow(r, 0, kJobRowForAdmin);
   } catch (const pg::SqlError& e) {
     if (e.sqlstate() == "23505" && request.unique_key) {
       throw AdminError("unique_key '" + *request.unique_key + "' is already held by " +
@@ -144,23 +102,24 @@ JobRow EnqueueJob(pg::Connection& conn, const EnqueueRequest& request) {
 }
 
 std::vector<JobRow> ListJobs(pg::Connection& conn, const std::optional<std::string>& queue,
-                             const std::optional<std::string>& state, std::int64_t limit) {
+                             const std::optional<JobState>& state, std::int64_t limit) {
   if (limit < 1 || limit > 1000) throw std::invalid_argument("--limit must be between 1 and 1000");
+  std::optional<std::string> state_name;
+  if (state) state_name = std::string(JobStateName(*state));
   pg::Result r = conn.exec(
-      "SELECT " + JobColumns("") +
+      "SELECT " + JobRowColumns(kJobRowForAdmin) +
           " FROM akadze.jobs WHERE ($1::text IS NULL OR queue = $1)"
           " AND ($2::text IS NULL OR state = $2) ORDER BY id DESC LIMIT $3::int8",
-      pg::Params().add(queue).add(state).add(limit));
+      pg::Params().add(queue).add(state_name).add(limit));
   std::vector<JobRow> rows;
-  for (int i = 0; i < r.rows(); ++i) rows.push_back(JobFromRow(r, i));
+  for (int i = 0; i < r.rows(); ++i) rows.push_back(ReadJobRow(r, i, kJobRowForAdmin));
   return rows;
 }
 
 JobRow ShowJob(pg::Connection& conn, std::int64_t id) {
-  pg::Result r = conn.exec("SELECT " + JobColumns("") + " FROM akadze.jobs WHERE id = $1",
-                           pg::Params().add(id));
-  if (r.empty()) NotFound(id);
-  return JobFromRow(r, 0);
+  std::optional<JobRow> row = ReadJob(conn, id, kJobRowForAdmin);
+  if (!row) NotFound(id);
+  return *row;
 }
 
 CancelOutcome CancelJob(pg::Connection& conn, std::int64_t id) {
@@ -169,15 +128,15 @@ CancelOutcome CancelJob(pg::Connection& conn, std::int64_t id) {
       "SELECT state, cancel_requested_at IS NOT NULL FROM akadze.jobs WHERE id = $1 FOR UPDATE",
       pg::Params().add(id));
   if (r.empty()) NotFound(id);
-  const std::string state(r.text(0, 0));
+  const JobState state = JobStateFromText(r.text(0, 0));
   CancelOutcome outcome;
-  if (state == "queued") {
+  if (state == JobState::kQueued) {
     tx.exec(
         "UPDATE akadze.jobs SET state = 'cancelled', finished_at = now(),"
         " cancel_requested_at = COALESCE(cancel_requested_at, now()) WHERE id = $1",
         pg::Params().add(id));
     outcome = CancelOutcome::kCancelled;
-  } else if (state == "running") {
+  } else if (state == JobState::kRunning) {
     if (r.boolean(0, 1)) {
       outcome = CancelOutcome::kAlreadyRequested;
     } else {
@@ -186,7 +145,7 @@ CancelOutcome CancelJob(pg::Connection& conn, std::int64_t id) {
       outcome = CancelOutcome::kCancelRequested;
     }
   } else {
-    throw AdminError("job " + std::to_string(id) + " is already " + state);
+    throw AdminError("job " + std::to_string(id) + " is already " + std::string(JobStateName(state)));
   }
   tx.commit();
   return outcome;
@@ -197,9 +156,9 @@ JobRow RequeueJob(pg::Connection& conn, std::int64_t id) {
   pg::Result r = tx.exec("SELECT state, unique_key FROM akadze.jobs WHERE id = $1 FOR UPDATE",
                          pg::Params().add(id));
   if (r.empty()) NotFound(id);
-  const std::string state(r.text(0, 0));
-  if (state != "failed") {
-    throw AdminError("job " + std::to_string(id) + " is " + state +
+  const JobState state = JobStateFromText(r.text(0, 0));
+  if (state != JobState::kFailed) {
+    throw AdminError("job " + std::to_string(id) + " is " + std::string(JobStateName(state)) +
                      "; only failed jobs can be requeued");
   }
   const std::optional<std::string> unique_key = r.optional_text(0, 1);
@@ -209,9 +168,9 @@ JobRow RequeueJob(pg::Connection& conn, std::int64_t id) {
     pg::Result u = tx.exec(
         "UPDATE akadze.jobs AS j SET state = 'queued', attempt = 0, run_at = now(),"
         " worker_id = NULL, started_at = NULL, finished_at = NULL, cancel_requested_at = NULL"
-        " WHERE id = $1 RETURNING " + JobColumns("j."),
+        " WHERE id = $1 RETURNING " + JobRowColumns(kJobRowForAdmin, "j"),
         pg::Params().add(id));
-    JobRow row = JobFromRow(u, 0);
+    JobRow row = ReadJobRow(u, 0, kJobRowForAdmin);
     tx.commit();
     return row;
   } catch (const pg::SqlError& e) {

@@ -1,4 +1,5 @@
-// Reads and writes of akadze.limits for the `akadzed limits` commands.
+// Reads and writes of akadze.limits for the `akadzed limits` commands, and
+// the limit keys in use for the metrics.
 //
 // Thread-safety: functions use the connection they are given.
 #pragma once
@@ -32,5 +33,19 @@ std::vector<LimitRow> ListLimits(pg::Connection& conn);
 
 // Deletes the row for `key`; returns false when there was none.
 bool DeleteLimit(pg::Connection& conn, const std::string& key);
+
+// A limit key with running jobs and an applicable akadze.limits row.
+struct LimitKeyUse {
+  std::string key;
+  std::int64_t running = 0;
+  std::optional<std::int64_t> max_running;  // the applicable row's cap, if any
+};
+
+// Limit keys with running jobs whose applicable akadze.limits row (own, else
+// '*') exists, busiest first, at most `max_keys`; `*total` gets the number of
+// such keys overall (left alone when there is none). Reads running jobs
+// through jobs_running_limit_key_idx.
+std::vector<LimitKeyUse> ListLimitKeysInUse(pg::Connection& conn, std::size_t max_keys,
+                                            std::int64_t* total);
 
 }  // namespace akadzed

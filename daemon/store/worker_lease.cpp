@@ -1,4 +1,4 @@
-#include "worker/worker_lease.h"
+#include "store/worker_lease.h"
 
 #include <optional>
 
@@ -7,7 +7,8 @@
 #include "pg/params.h"
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
-#include "worker/job_finish.h"
+#include "store/job_finish.h"
+#include "store/job_sql.h"
 
 namespace akadzed {
 
@@ -45,6 +46,20 @@ std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& 
   return jobs;
 }
 
+std::vector<OwnedJob> OwnedRunningJobsOfQueue(pg::Connection& conn, const std::string& worker_id,
+                                              const std::string& queue,
+                                              const std::vector<std::int64_t>& except) {
+  pg::Result rows = conn.exec(
+      "SELECT id, run_count FROM akadze.jobs WHERE worker_id = $1::uuid AND state = 'running'"
+      " AND queue = $2 AND id <> ALL($3::int8[])",
+      pg::Params().add(worker_id).add(queue).add_array(except));
+  std::vector<OwnedJob> jobs;
+  for (int i = 0; i < rows.rows(); ++i) {
+    jobs.push_back({rows.int64(i, 0), static_cast<std::int32_t>(rows.int64(i, 1)), false, false});
+  }
+  return jobs;
+}
+
 namespace {
 
 // Running jobs whose worker is dead: its row's heartbeat is older than the
@@ -63,7 +78,7 @@ constexpr const char* kLostSql =
 std::vector<RescuedJob> ToRescued(const pg::Result& rows, const char* error) {
   std::vector<RescuedJob> out;
   for (int i = 0; i < rows.rows(); ++i) {
-    out.push_back({rows.int64(i, 0), std::string(rows.text(i, 1)), std::string(rows.text(i, 2)), error});
+    out.push_back({rows.int64(i, 0), std::string(rows.text(i, 1)), JobStateFromText(rows.text(i, 2)), error});
   }
   return out;
 }
@@ -71,7 +86,7 @@ std::vector<RescuedJob> ToRescued(const pg::Result& rows, const char* error) {
 }  // namespace
 
 std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us,
-                                       const TransitionHooks* hooks,
+                                       const TransitionListener* hooks,
                                        std::vector<std::int64_t>* skipped) {
   // A heartbeat more than the ttl in the future (a hand-written row, or a
   // server clock set back) would keep its worker alive for ever: it is set
@@ -103,7 +118,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
   // With hooks, the rescue and its hooks share a transaction; a job a hook
   // refuses stays running (its hook_failed is logged) and the others are
   // rescued without it.
-  const bool hooked = hooks && hooks->AnyFrom("running");
+  const bool hooked = hooks && hooks->AnyFrom(JobState::kRunning);
   std::vector<std::int64_t> refused;
   auto rescue = [&](const std::optional<std::vector<std::int64_t>>& only) {
     for (;;) {
@@ -121,7 +136,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       std::vector<std::int64_t> ids;
       for (int i = 0; i < rows.rows(); ++i) ids.push_back(rows.int64(i, 0));
       try {
-        hooks->Fire(conn, "running", ids);
+        hooks->Fire(conn, JobState::kRunning, ids);
         tx->commit();
         return rows;
       } catch (const HookError& e) {

@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "hooks/transition_hooks.h"
+#include "core/job_states.h"
 #include "pg/connection.h"
+#include "store/transition_listener.h"
 
 namespace akadzed {
 
@@ -48,10 +49,17 @@ struct OwnedJob {
 std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,
                                        std::int64_t settled_us = 0);
 
+// The jobs the database says this worker runs now in `queue`, except
+// `except` (id and run_count only): after a claim whose COMMIT was in doubt,
+// those are the jobs it may have claimed without knowing.
+std::vector<OwnedJob> OwnedRunningJobsOfQueue(pg::Connection& conn, const std::string& worker_id,
+                                              const std::string& queue,
+                                              const std::vector<std::int64_t>& except);
+
 struct RescuedJob {
   std::int64_t id = 0;
   std::string worker_id;  // the lost worker ("" when the job had none)
-  std::string state;      // queued, or failed when attempts are spent
+  JobState state = JobState::kQueued;  // queued, or failed when attempts are spent
   std::string error;      // WorkerLost, or Unprocessable (failed: no rescue could be written)
 };
 
@@ -72,7 +80,7 @@ struct RescuedJob {
 // next round. A worker heartbeat more than `ttl_us` in the future is set to
 // now() first. Throws pg::ConnectionError and pg::TransientError.
 std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us,
-                                       const TransitionHooks* hooks = nullptr,
+                                       const TransitionListener* hooks = nullptr,
                                        std::vector<std::int64_t>* skipped = nullptr);
 
 }  // namespace akadzed

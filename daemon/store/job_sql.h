@@ -1,5 +1,6 @@
-// SQL fragments over akadze.jobs' columns that several statements share, so
-// each rule is written once: appending to `errors`, and reading a timestamp
+// SQL fragments over akadze.jobs' columns that several statements (of the
+// store and the claim) share, so each rule is written once: what is ready,
+// appending to `errors`, and reading a timestamp
 // the schema accepts (including '-infinity' and 'infinity') as a point in
 // the past that now() can be subtracted from.
 //
@@ -10,6 +11,13 @@
 #include <string_view>
 
 namespace akadzed {
+
+// The ready predicate of SPEC §1 over akadze.jobs' own columns (the queue's
+// pause is a separate check): what a claim may take, and what the admin
+// commands count as ready.
+inline constexpr const char* kReadyJobSql =
+    "state = 'queued' AND run_at <= now() AND cancel_requested_at IS NULL"
+    " AND (expires_at IS NULL OR expires_at > now())";
 
 // The `errors` column of akadze.jobs is a jsonb array of {error, message}
 // entries, the last 10 kept.
@@ -26,6 +34,10 @@ std::string AppendErrorSql(std::string_view errors, std::string_view error,
 // the statement for every row beside an infinite one. For a column that is
 // never NULL (GREATEST skips a NULL: it would read as 4714 BC).
 std::string PastTimestampSql(std::string_view column);
+
+// ISO-8601 UTC text of a timestamptz column, e.g.
+// "2026-11-30T01:23:05.123456Z"; 'infinity' and '-infinity' as themselves.
+std::string IsoTimestampSql(std::string_view column);
 
 // Seconds from `column` to now(), at least 0, as float8 (PastTimestampSql);
 // NULL where `column` is NULL.

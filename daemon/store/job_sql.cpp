@@ -1,4 +1,4 @@
-#include "core/job_sql.h"
+#include "store/job_sql.h"
 
 #include <fmt/format.h>
 
@@ -16,6 +16,14 @@ std::string AppendErrorSql(std::string_view errors, std::string_view error,
 
 std::string PastTimestampSql(std::string_view column) {
   return fmt::format("LEAST(GREATEST({}, '4714-11-24 00:00:00+00 BC'::timestamptz), now())", column);
+}
+
+std::string IsoTimestampSql(std::string_view column) {
+  // 'infinity' and '-infinity' as themselves (to_char gives NULL for them).
+  return fmt::format(
+      "CASE WHEN isfinite({0}) THEN to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+      " ELSE {0}::text END",
+      column);
 }
 
 std::string AgeSecondsSql(std::string_view column) {

@@ -1,4 +1,4 @@
-#include "admin/limits_table.h"
+#include "store/limits_table.h"
 
 #include <stdexcept>
 
@@ -49,6 +49,34 @@ std::vector<LimitRow> ListLimits(pg::Connection& conn) {
 
 bool DeleteLimit(pg::Connection& conn, const std::string& key) {
   return conn.exec("DELETE FROM akadze.limits WHERE key = $1", pg::Params().add(key)).affected() > 0;
+}
+
+namespace {
+
+// ListLimitKeysInUse's statement: each key with the row's running cap and the
+// number of such keys overall.
+constexpr const char* kLimitKeysSql =
+    "SELECT r.key, r.n,"
+    " CASE WHEN own.key IS NOT NULL THEN own.max_running ELSE star.max_running END,"
+    " count(*) OVER ()"
+    " FROM (SELECT limit_key AS key, count(*) AS n FROM akadze.jobs"
+    "   WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key) r"
+    " LEFT JOIN akadze.limits own ON own.key = r.key"
+    " LEFT JOIN akadze.limits star ON star.key = '*'"
+    " WHERE own.key IS NOT NULL OR star.key IS NOT NULL"
+    " ORDER BY r.n DESC, r.key LIMIT $1";
+
+}  // namespace
+
+std::vector<LimitKeyUse> ListLimitKeysInUse(pg::Connection& conn, std::size_t max_keys,
+                                            std::int64_t* total) {
+  pg::Result r = conn.exec(kLimitKeysSql, pg::Params().add(static_cast<std::int64_t>(max_keys)));
+  std::vector<LimitKeyUse> keys;
+  for (int i = 0; i < r.rows(); ++i) {
+    keys.push_back({std::string(r.text(i, 0)), r.int64(i, 1), r.optional_int64(i, 2)});
+    *total = r.int64(i, 3);
+  }
+  return keys;
 }
 
 }  // namespace akadzed

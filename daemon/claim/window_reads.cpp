@@ -1,0 +1,399 @@
+#include "claim/window_reads.h"
+
+#include <algorithm>
+#include <unordered_set>
+#include <utility>
+
+#include "pg/statement.h"
+#include "store/job_sql.h"
+
+namespace akadzed {
+
+using pg::Statement;
+
+namespace {
+
+// run_at as microseconds since 2000-01-01 UTC (PostgreSQL's own epoch), for
+// the planner. PostgreSQL keeps a timestamptz as exactly that int8, so every
+// finite value fits (counted from 1970, 294276 AD would not), and
+// '-infinity' and 'infinity', which the schema accepts (docs/reliability.md,
+// "Extreme values"), are the int8 extremes, as PostgreSQL stores them: they
+// keep their order, and Timestamp() maps every value back exactly.
+std::string RunAtMicros(const std::string& column) {
+  // EXTRACT(EPOCH FROM a timestamptz) goes through a double and rounds far
+  // from 2000; from the interval since 2000 it is exact.
+  return "(CASE WHEN isfinite(" + column + ") THEN (EXTRACT(EPOCH FROM " + column +
+         " - '2000-01-01 00:00:00+00'::timestamptz) * 1000000)::int8 WHEN " + column +
+         " > now() THEN 9223372036854775807::int8 ELSE (-9223372036854775807 - 1)::int8 END)";
+}
+
+// The columns of a ReadyRow. The effective priority is SPEC §2's formula,
+// evaluated by PostgreSQL at the claim transaction's now(). A job's age is
+// counted from run_at held within [the earliest timestamptz, now()]: a
+// '-infinity' run_at ages as if enqueued in 4714 BC, a future one (never
+// ready, but read as a level's first row) is not aged; now() - infinity
+// would fail the statement for every row beside it.
+std::string RowColumns(Statement& st, const ReadContext& ctx, const std::string& alias = "") {
+  const std::string a = alias.empty() ? "" : alias + ".";
+  std::string effective = a + "priority::int8";
+  if (!ctx.aging_seconds.empty()) {
+    effective = "(" + a + "priority + GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (now() - " +
+                PastTimestampSql(a + "run_at") + ")) / " + st.bind(ctx.aging_seconds) + "::numeric)))::int8";
+  }
+  return a + "id, " + a + "limit_key, " + a + "priority, " + RunAtMicros(a + "run_at") + " AS run_at_us, " +
+         effective + " AS effective";
+}
+
+// The exact timestamptz RunAtMicros() made the int8 held by `param` from.
+std::string Timestamp(const std::string& param) {
+  return "(CASE " + param + "::int8 WHEN 9223372036854775807 THEN 'infinity'::timestamptz"
+         " WHEN -9223372036854775807 - 1 THEN '-infinity'::timestamptz"
+         // Whole days and the microseconds left, on a timestamp without time
+         // zone: exact (an interval times a number goes through a double), and
+         // no time zone's daylight saving shifts a day.
+         " ELSE ('2000-01-01 00:00:00'::timestamp + make_interval(days => (" + param +
+         "::int8 / 86400000000)::int, secs => (" + param + "::int8 % 86400000000) / 1000000.0))"
+         " AT TIME ZONE 'UTC' END)";
+}
+
+// The skip filter of a window.
+std::string SkipFilter(Statement& st, const std::vector<std::string>& keys, bool skip_null) {
+  std::string out;
+  if (!keys.empty()) out += " AND (limit_key IS NULL OR limit_key <> ALL(" + st.bind_array(keys) + "::text[]))";
+  if (skip_null) out += " AND limit_key IS NOT NULL";
+  return out;
+}
+
+std::vector<ReadyRow> ToRows(const pg::Result& r, int first_column = 0) {
+  std::vector<ReadyRow> rows;
+  rows.reserve(static_cast<std::size_t>(r.rows()));
+  for (int i = 0; i < r.rows(); ++i) {
+    ReadyRow row;
+    row.id = r.int64(i, first_column);
+    row.limit_key = r.optional_text(i, first_column + 1);
+    row.priority = static_cast<std::int32_t>(r.int64(i, first_column + 2));
+    row.run_at_us = r.int64(i, first_column + 3);
+    row.effective = r.int64(i, first_column + 4);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// One window of the single stream (no aging): the whole queue in index order.
+std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const ReadContext& ctx, const WindowRead& read) {
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  const std::string limit = st.bind(read.limit);
+  const std::string skip = SkipFilter(st, read.skip_keys, read.skip_null_key);
+  const std::string from = " FROM akadze.jobs WHERE queue = " + queue + " AND " + kReadyJobSql + skip;
+  if (!read.after) {
+    st.sql = "SELECT " + RowColumns(st, ctx) + from + " ORDER BY priority DESC, run_at, id LIMIT " + limit;
+  } else {
+    // Keyset continuation in two index ranges: the rest of the cursor's
+    // priority level, then the lower levels.
+    const std::string p = st.bind(std::int64_t{read.after->priority});
+    const std::string r = st.bind(read.after->run_at_us);
+    const std::string i = st.bind(read.after->id);
+    const std::string inner = "SELECT *" + from;
+    st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + inner + " AND priority = " + p +
+             " AND (run_at, id) > (" + Timestamp(r) + ", " + i + ") ORDER BY run_at, id LIMIT " +
+             limit + ") UNION ALL (" + inner + " AND priority <= " + p + "::int - 1 ORDER BY priority DESC, run_at, id LIMIT " + limit +
+             ")) w ORDER BY w.priority DESC, w.run_at, w.id LIMIT " + limit;
+  }
+  return ToRows(tx.exec(st.sql, st.params()));
+}
+
+// ---- Reading around skipped groups (keyed_window.h) ----
+
+// A keyed read is tried when the groups a window skips made up at least this
+// share of the stream's previous window: a filtered walk of jobs_claim_idx
+// would then step over at least as many rows as it returns.
+constexpr double kKeyedSkipShare = 0.5;
+// Enumerating the queue's groups and counting their keys costs about as much
+// per group as a filtered walk spends on this many rows (measured with
+// bench/claim_bench: ~25 us per group, 0.2-0.5 us per row). A queue with
+// more groups than its queued rows (as estimated) / this is read by filtered
+// windows only, as is one with more than kMaxKeyedGroups.
+constexpr double kRowsPerGroup = 32;
+constexpr std::int64_t kMaxKeyedGroups = 10000;
+
+// The ready rows of one group (`group_cond`, over akadze.jobs' columns) after
+// `after` and up to `through` (nullopt: no bound), in claim order, at most
+// `limit` (an SQL expression): one jobs_claim_key_idx range per priority
+// part, so the scan never steps over rows outside the range.
+std::string GroupRangeSql(Statement& st, const ReadContext& ctx, const std::string& group_cond,
+                          const IndexPosition& after, const std::optional<IndexPosition>& through,
+                          const std::string& limit) {
+  const std::string base = "SELECT * FROM akadze.jobs WHERE queue = " + st.bind(ctx.queue) + " AND " +
+                           group_cond + " AND " + kReadyJobSql;
+  const std::string pa = st.bind(std::int64_t{after.priority});
+  const std::string ra = "(" + Timestamp(st.bind(after.run_at_us)) + ", " + st.bind(after.id) + ")";
+  std::vector<std::string> arms;
+  if (through && through->priority == after.priority) {
+    const std::string rx = "(" + Timestamp(st.bind(through->run_at_us)) + ", " + st.bind(through->id) + ")";
+    arms.push_back(base + " AND priority = " + pa + " AND (run_at, id) > " + ra + " AND (run_at, id) <= " +
+                   rx + " ORDER BY run_at, id LIMIT " + limit);
+  } else {
+    arms.push_back(base + " AND priority = " + pa + " AND (run_at, id) > " + ra +
+                   " ORDER BY run_at, id LIMIT " + limit);
+    std::string lower = base + " AND priority <= " + pa + "::int - 1";
+    if (through) {
+      const std::string px = st.bind(std::int64_t{through->priority});
+      const std::string rx = "(" + Timestamp(st.bind(through->run_at_us)) + ", " + st.bind(through->id) + ")";
+      lower += " AND priority >= " + px + "::int + 1";
+      arms.push_back(base + " AND priority = " + px + " AND (run_at, id) <= " + rx +
+                     " ORDER BY run_at, id LIMIT " + limit);
+    }
+    arms.push_back(lower + " ORDER BY priority DESC, run_at, id LIMIT " + limit);
+  }
+  std::string sql = "SELECT * FROM (";
+  for (std::size_t i = 0; i < arms.size(); ++i) sql += (i ? " UNION ALL (" : "(") + arms[i] + ")";
+  return sql + ") w ORDER BY w.priority DESC, w.run_at, w.id LIMIT " + limit;
+}
+
+// Each group with queued rows in the queue, as its first row in index order
+// (ready or not): a skip scan over jobs_claim_key_idx, one descent per key
+// and one for the NULL-key group, reading the index only. nullopt when there
+// are more than `max_groups`.
+std::optional<std::vector<ReadyRow>> EnumerateGroups(pg::Transaction& tx, const ReadContext& ctx,
+                                                     std::int64_t max_groups) {
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  const std::string columns = "limit_key, priority, run_at, id";
+  st.sql = "WITH RECURSIVE starts AS ("
+           "  (SELECT " + columns + " FROM akadze.jobs WHERE queue = " + queue +
+           "   AND state = 'queued' AND limit_key IS NOT NULL"
+           "   ORDER BY limit_key, priority DESC, run_at, id LIMIT 1)"
+           "  UNION ALL"
+           "  SELECT n.* FROM starts s CROSS JOIN LATERAL ("
+           "    SELECT " + columns + " FROM akadze.jobs j WHERE j.queue = " + queue +
+           "    AND j.state = 'queued' AND j.limit_key > s.limit_key"
+           "    ORDER BY j.limit_key, j.priority DESC, j.run_at, j.id LIMIT 1) n)"
+           " (SELECT " + RowColumns(st, ctx, "starts") + " FROM starts LIMIT " + st.bind(max_groups + 1) + ")"
+           " UNION ALL"
+           " (SELECT " + RowColumns(st, ctx, "j") + " FROM akadze.jobs j WHERE j.queue = " + queue +
+           "  AND j.state = 'queued' AND j.limit_key IS NULL ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)";
+  std::vector<ReadyRow> starts = ToRows(tx.exec(st.sql, st.params()));
+  const auto keys = std::count_if(starts.begin(), starts.end(), [](const ReadyRow& r) { return r.limit_key.has_value(); });
+  if (keys > max_groups) return std::nullopt;
+  return starts;
+}
+
+// For each group (with its row limit), its ready rows after `after` up to
+// `through`, in claim order: one statement for all of them.
+std::vector<std::vector<ReadyRow>> ReadGroupRanges(pg::Transaction& tx, const ReadContext& ctx,
+                                                   const std::vector<GroupRowsRead>& groups,
+                                                   const IndexPosition& after,
+                                                   const std::optional<IndexPosition>& through) {
+  std::vector<std::string> keys;
+  std::vector<std::int64_t> limits;
+  std::optional<std::int64_t> null_limit;
+  for (const GroupRowsRead& g : groups) {
+    if (g.key) {
+      keys.push_back(*g.key);
+      limits.push_back(g.limit);
+    } else {
+      null_limit = g.limit;
+    }
+  }
+  Statement st;
+  std::vector<std::string> parts;
+  if (!keys.empty()) {
+    const std::string unnest = "unnest(" + st.bind_array(keys) + "::text[], " + st.bind_array(limits) +
+                               "::int8[]) WITH ORDINALITY AS u(k, lim, n)";
+    const std::string range = GroupRangeSql(st, ctx, "limit_key = u.k", after, through, "u.lim");
+    parts.push_back("SELECT u.n, " + RowColumns(st, ctx, "g") + " FROM " + unnest +
+                    " CROSS JOIN LATERAL (" + range + ") g");
+  }
+  if (null_limit) {
+    const std::string range = GroupRangeSql(st, ctx, "limit_key IS NULL", after, through, st.bind(*null_limit));
+    parts.push_back("SELECT 0::int8, " + RowColumns(st, ctx, "g") + " FROM (" + range + ") g");
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i) st.sql += (i ? " UNION ALL " : "") + parts[i];
+  st.sql = "SELECT * FROM (" + st.sql + ") x ORDER BY 1, priority DESC, run_at_us, id";
+  pg::Result r = tx.exec(st.sql, st.params());
+  // Group n (1-based, in `keys` order) or 0 (NULL) back to the caller's order.
+  std::vector<std::size_t> slot_of_n(keys.size() + 1, 0);
+  {
+    std::size_t next_key = 0;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      if (groups[i].key) {
+        slot_of_n[++next_key] = i;
+      } else {
+        slot_of_n[0] = i;
+      }
+    }
+  }
+  std::vector<std::vector<ReadyRow>> out(groups.size());
+  std::vector<ReadyRow> rows = ToRows(r, 1);
+  for (int i = 0; i < r.rows(); ++i) {
+    out[slot_of_n[static_cast<std::size_t>(r.int64(i, 0))]].push_back(std::move(rows[static_cast<std::size_t>(i)]));
+  }
+  return out;
+}
+
+// "300" or "0.25": microseconds as exact decimal seconds for numeric division.
+std::string DecimalSeconds(std::int64_t micros) {
+  std::string whole = std::to_string(micros / 1000000);
+  std::string frac = std::to_string(micros % 1000000);
+  frac = std::string(6 - frac.size(), '0') + frac;
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  return frac.empty() ? whole : whole + "." + frac;
+}
+
+}  // namespace
+
+ReadContext MakeReadContext(const std::string& queue, std::optional<std::int64_t> aging_us) {
+  return ReadContext{queue, aging_us ? DecimalSeconds(*aging_us) : ""};
+}
+
+WindowReader::WindowReader(pg::Transaction& tx, const ReadContext& ctx, double queued_rows)
+    : tx_(tx),
+      ctx_(ctx),
+      max_groups_(queued_rows < 0 ? kMaxKeyedGroups
+                                  : std::min(kMaxKeyedGroups,
+                                             static_cast<std::int64_t>(queued_rows / kRowsPerGroup))) {}
+
+WindowReader::Window WindowReader::Read(const WindowRead& read) {
+  Window w;
+  if (UseKeyed(read)) {
+    w.keyed = true;
+    std::vector<GroupKey> need = keyed_->GroupsNeedingHead(read);
+    if (!need.empty()) {
+      std::vector<GroupRowsRead> heads;
+      for (GroupKey& key : need) heads.push_back(GroupRowsRead{std::move(key), 1});
+      std::vector<std::vector<ReadyRow>> got = ReadGroupRanges(tx_, ctx_, heads, *read.after, std::nullopt);
+      for (std::size_t i = 0; i < heads.size(); ++i) {
+        keyed_->SetHead(heads[i].key, got[i].empty() ? std::nullopt : std::optional<ReadyRow>(got[i].front()));
+      }
+    }
+    std::optional<KeyedRowsPlan> plan = keyed_->PlanRows(read);
+    if (!plan) {
+      w.exhausted = true;
+    } else {
+      std::vector<std::vector<ReadyRow>> got = ReadGroupRanges(tx_, ctx_, plan->groups, *read.after, plan->through);
+      w.rows = keyed_->Merge(*plan, got);
+    }
+  } else {
+    w.rows = ReadWindow(tx_, ctx_, read);
+    w.exhausted = static_cast<std::int64_t>(w.rows.size()) < read.limit;
+  }
+  last_window_ = w.rows;
+  return w;
+}
+
+bool WindowReader::UseKeyed(const WindowRead& read) {
+  if (keyed_) return true;
+  if (keyed_refused_ || max_groups_ < 1 || !read.after || last_window_.empty()) return false;
+  if (read.skip_keys.empty() && !read.skip_null_key) return false;
+  const std::unordered_set<std::string> skipped(read.skip_keys.begin(), read.skip_keys.end());
+  std::size_t in_skipped = 0;
+  for (const ReadyRow& r : last_window_) {
+    if (r.limit_key ? skipped.contains(*r.limit_key) : read.skip_null_key) ++in_skipped;
+  }
+  if (static_cast<double>(in_skipped) < kKeyedSkipShare * static_cast<double>(last_window_.size())) {
+    return false;
+  }
+  std::optional<std::vector<ReadyRow>> starts = EnumerateGroups(tx_, ctx_, max_groups_);
+  if (!starts) {
+    keyed_refused_ = true;
+    return false;
+  }
+  for (const ReadyRow& start : *starts) {
+    if (start.limit_key) enumerated_.push_back(*start.limit_key);
+  }
+  keyed_.emplace(*starts);
+  return true;
+}
+
+
+// The priority levels present among the queue's queued rows, highest first,
+// each with its first row in index order (ready or not): a skip scan over
+// jobs_claim_idx, one index descent per level (each step asks for the first
+// row below the previous level; `<= p - 1` rather than `< p`, which on the
+// DESC column made each descent walk the previous level's entries).
+std::vector<ReadyRow> FindLevels(pg::Transaction& tx, const ReadContext& ctx) {
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  st.sql = "WITH RECURSIVE heads AS ("
+           "  (SELECT id, limit_key, priority, run_at FROM akadze.jobs"
+           "   WHERE queue = " + queue + " AND state = 'queued'"
+           "   ORDER BY priority DESC, run_at, id LIMIT 1)"
+           "  UNION ALL"
+           "  SELECT n.* FROM heads h CROSS JOIN LATERAL ("
+           "    SELECT j.id, j.limit_key, j.priority, j.run_at FROM akadze.jobs j"
+           "    WHERE j.queue = " + queue + " AND j.state = 'queued' AND j.priority <= h.priority - 1"
+           "    ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) n)"
+           " SELECT " + RowColumns(st, ctx, "heads") + " FROM heads ORDER BY heads.priority DESC";
+  return ToRows(tx.exec(st.sql, st.params()));
+}
+
+// Windows of several level streams (aging) in one statement. A row is skipped
+// only if every read skips its group: skipping less than allowed is safe.
+std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const ReadContext& ctx,
+                                                    const std::vector<ReadyRow>& heads,
+                                                    const std::vector<WindowRead>& reads) {
+  std::vector<std::int64_t> level, after_run_at, after_id, limit;
+  std::vector<std::string> has_after;
+  std::vector<std::string> skip_keys = reads.front().skip_keys;
+  bool skip_null = true;
+  for (const WindowRead& w : reads) {
+    level.push_back(heads[static_cast<std::size_t>(w.stream)].priority);
+    has_after.push_back(w.after ? "t" : "f");
+    after_run_at.push_back(w.after ? w.after->run_at_us : 0);
+    after_id.push_back(w.after ? w.after->id : 0);
+    limit.push_back(w.limit);
+    std::vector<std::string> common;
+    for (const std::string& k : skip_keys) {
+      if (std::find(w.skip_keys.begin(), w.skip_keys.end(), k) != w.skip_keys.end()) common.push_back(k);
+    }
+    skip_keys = std::move(common);
+    skip_null = skip_null && w.skip_null_key;
+  }
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  std::vector<std::optional<std::string>> has_after_opt(has_after.begin(), has_after.end());
+  const std::string streams = "unnest(" + st.bind_array(level) + "::int[], " +
+                              st.bind_array(has_after_opt) + "::bool[], " + st.bind_array(after_run_at) +
+                              "::int8[], " + st.bind_array(after_id) + "::int8[], " +
+                              st.bind_array(limit) + "::int8[]) WITH ORDINALITY AS s(p, has_after, r, i, lim, n)";
+  const std::string skip = SkipFilter(st, skip_keys, skip_null);
+  st.sql = "SELECT s.n, " + RowColumns(st, ctx, "j") + " FROM " + streams +
+           " CROSS JOIN LATERAL (SELECT * FROM akadze.jobs WHERE queue = " + queue +
+           " AND priority = s.p AND " + kReadyJobSql + skip +
+           " AND (NOT s.has_after OR (run_at, id) > (" + Timestamp("s.r") + ", s.i))"
+           " ORDER BY run_at, id LIMIT s.lim) j ORDER BY s.n, j.run_at, j.id";
+  pg::Result r = tx.exec(st.sql, st.params());
+  std::vector<std::vector<ReadyRow>> out(reads.size());
+  std::vector<ReadyRow> rows = ToRows(r, 1);
+  for (int i = 0; i < r.rows(); ++i) {
+    out[static_cast<std::size_t>(r.int64(i, 0) - 1)].push_back(std::move(rows[static_cast<std::size_t>(i)]));
+  }
+  return out;
+}
+
+// The rows of one group the planner skipped and needs after all.
+std::vector<ReadyRow> ReadCatchUp(pg::Transaction& tx, const ReadContext& ctx, const CatchUpRead& read) {
+  Statement st;
+  st.sql = "SELECT " + RowColumns(st, ctx) + " FROM akadze.jobs WHERE queue = " + st.bind(ctx.queue) +
+           " AND " + kReadyJobSql;
+  if (read.limit_key) {
+    st.sql += " AND limit_key = " + st.bind(*read.limit_key);
+  } else {
+    st.sql += " AND limit_key IS NULL";
+  }
+  if (read.after) {
+    const std::string p = st.bind(std::int64_t{read.after->priority});
+    st.sql += " AND (priority < " + p + " OR (priority = " + p + " AND (run_at, id) > (" +
+              Timestamp(st.bind(read.after->run_at_us)) + ", " + st.bind(read.after->id) + ")))";
+  }
+  if (read.through) {
+    const std::string p = st.bind(std::int64_t{read.through->priority});
+    st.sql += " AND (priority > " + p + " OR (priority = " + p + " AND (run_at, id) <= (" +
+              Timestamp(st.bind(read.through->run_at_us)) + ", " + st.bind(read.through->id) + ")))";
+  }
+  st.sql += " ORDER BY priority DESC, run_at, id";
+  return ToRows(tx.exec(st.sql, st.params()));
+}
+
+}  // namespace akadzed

@@ -1,0 +1,84 @@
+// The claim's window reads: the ready rows of one queue, read through
+// jobs_claim_idx in windows (the single stream) or per priority level (the
+// streams of aging), around skipped groups through jobs_claim_key_idx when
+// that is cheaper (keyed_window.h, and the cost model in window_reads.cpp),
+// and catch-ups of rows the planner skipped. Each read returns ReadyRows in
+// index order, as the planner (claim_planner.h) asks for them.
+//
+// Thread-safety: reads use the transaction they are given; a WindowReader
+// belongs to one claim.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "claim/claim_planner.h"
+#include "claim/keyed_window.h"
+#include "pg/transaction.h"
+
+namespace akadzed {
+
+// What every read of one claim shares.
+struct ReadContext {
+  std::string queue;
+  // The aging interval in seconds as exact decimal text; empty without aging.
+  std::string aging_seconds;
+};
+
+// The context of a claim of `queue` with the aging interval `aging_us`.
+ReadContext MakeReadContext(const std::string& queue, std::optional<std::int64_t> aging_us);
+
+// Reads the windows of the single stream (no aging): through jobs_claim_idx,
+// or, when skipped groups would make that walk long, around them through
+// jobs_claim_key_idx (KeyedWindow). Both return rows the planner treats the
+// same: every ready row of a group not skipped, after the frontier and up to
+// the last row returned.
+class WindowReader {
+ public:
+  // `queued_rows`: PostgreSQL's estimate of the queued rows (of every queue),
+  // negative when it has none; it bounds the groups worth enumerating.
+  WindowReader(pg::Transaction& tx, const ReadContext& ctx, double queued_rows);
+
+  struct Window {
+    std::vector<ReadyRow> rows;
+    bool exhausted = false;
+    bool keyed = false;
+  };
+
+  Window Read(const WindowRead& read);
+
+  // The queue's keys, once, when the first keyed read enumerated them (then
+  // empty): the claim counts them ahead of their rows.
+  std::vector<std::string> TakeEnumeratedKeys() { return std::exchange(enumerated_, {}); }
+
+ private:
+  // Whether `read` goes through KeyedWindow (enumerating the keys the first
+  // time). Once a claim reads keyed, it stays keyed.
+  bool UseKeyed(const WindowRead& read);
+
+  pg::Transaction& tx_;
+  const ReadContext& ctx_;
+  std::optional<KeyedWindow> keyed_;
+  const std::int64_t max_groups_;
+  bool keyed_refused_ = false;
+  std::vector<std::string> enumerated_;
+  std::vector<ReadyRow> last_window_;
+};
+
+// The priority levels present among the queue's queued rows, highest first,
+// each with its first row in index order (ready or not).
+std::vector<ReadyRow> FindLevels(pg::Transaction& tx, const ReadContext& ctx);
+
+// Windows of several level streams (aging) in one statement, one per read
+// of `reads` (each names its level by index into `heads`).
+std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const ReadContext& ctx,
+                                                    const std::vector<ReadyRow>& heads,
+                                                    const std::vector<WindowRead>& reads);
+
+// The rows of one group the planner skipped and needs after all.
+std::vector<ReadyRow> ReadCatchUp(pg::Transaction& tx, const ReadContext& ctx, const CatchUpRead& read);
+
+}  // namespace akadzed
