@@ -1,8 +1,11 @@
 #include "faults/fault_scenario.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <signal.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -23,14 +26,28 @@ std::int64_t NowUs() {
       .count();
 }
 
+std::string ReadProcFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return text;
+}
+
 bool ProcessRunning(const std::string& needle) {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return false;
   bool found = false;
   while (dirent* e = readdir(proc)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string cmdline = ReadProcFile(std::string("/proc/") + e->d_name + "/cmdline");
     if (cmdline.find(needle) != std::string::npos) {
       found = true;
       break;

@@ -45,6 +45,12 @@ std::string ShellHandlerScript(const std::string& record, bool ignore_term = fal
 // nobody reaps has an empty one).
 bool ProcessRunning(const std::string& needle);
 
+// The whole of a /proc file, "" when it cannot be read. With read(2): a
+// process that exits while it is read makes the read fail with ESRCH, and
+// libstdc++'s filebuf throws on a failed read whatever the stream's
+// exception mask.
+std::string ReadProcFile(const std::string& path);
+
 struct ScenarioOptions {
   std::string heartbeat_interval = "200ms";
   std::string heartbeat_ttl = "1500ms";

@@ -457,11 +457,6 @@ class HandlerWatch {
   }
 
  private:
-  static std::string ReadFile(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
-
   std::set<pid_t> Children() const {
     std::set<pid_t> out;
     const std::string tasks = "/proc/" + std::to_string(daemon_) + "/task";
@@ -469,7 +464,7 @@ class HandlerWatch {
     if (dir == nullptr) return out;
     while (dirent* e = readdir(dir)) {
       if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      std::istringstream list(ReadFile(tasks + "/" + e->d_name + "/children"));
+      std::istringstream list(ReadProcFile(tasks + "/" + e->d_name + "/children"));
       for (pid_t pid; list >> pid;) out.insert(pid);
     }
     closedir(dir);
@@ -489,8 +484,8 @@ class HandlerWatch {
         }
         const std::string proc = "/proc/" + std::to_string(pid);
         if (run.job == 0) {  // until its exec: the daemon's own image
-          if (ReadFile(proc + "/cmdline").find(script_) == std::string::npos) continue;
-          std::string env = ReadFile(proc + "/environ");
+          if (ReadProcFile(proc + "/cmdline").find(script_) == std::string::npos) continue;
+          std::string env = ReadProcFile(proc + "/environ");
           for (std::size_t at = 0; at < env.size();) {
             std::size_t end = env.find('\0', at);
             if (end == std::string::npos) end = env.size();
@@ -502,7 +497,7 @@ class HandlerWatch {
           if (run.job == 0) continue;
         }
         // /proc/<pid>/stat: "pid (comm) S ...": the state after the last ')'.
-        const std::string stat = ReadFile(proc + "/stat");
+        const std::string stat = ReadProcFile(proc + "/stat");
         const std::size_t paren = stat.rfind(')');
         const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 'X';
         if (state != 'Z' && state != 'X') {
