@@ -74,6 +74,9 @@ struct Violation {
   std::string why;
 };
 
+// daemon/ of this source tree.
+fs::path DaemonDir() { return fs::path(__FILE__).parent_path().parent_path().parent_path() / "daemon"; }
+
 // The room of a path relative to daemon/: its first component.
 std::string RoomOf(const fs::path& relative) { return relative.begin()->string(); }
 
@@ -150,8 +153,7 @@ TEST_CASE("the checker finds an include of a room above, of a room on the same f
 }
 
 TEST_CASE("no room of daemon/ includes a room on its own floor or above", "[layers]") {
-  const fs::path daemon =
-      fs::path(__FILE__).parent_path().parent_path().parent_path() / "daemon";
+  const fs::path daemon = DaemonDir();
   REQUIRE(fs::is_directory(daemon / "claim"));
   const std::vector<Violation> violations = LayerViolations(daemon);
   for (const Violation& v : violations) {
@@ -296,8 +298,7 @@ TEST_CASE("the SQL checker finds SQL on akadze.* outside the store, the claim an
 }
 
 TEST_CASE("no SQL on akadze.* outside the store, the claim and the migrations runner", "[layers]") {
-  const fs::path daemon =
-      fs::path(__FILE__).parent_path().parent_path().parent_path() / "daemon";
+  const fs::path daemon = DaemonDir();
   REQUIRE(fs::is_directory(daemon / "store"));
   const std::vector<Violation> violations = SqlOutsideStore(daemon);
   for (const Violation& v : violations) {
@@ -307,8 +308,7 @@ TEST_CASE("no SQL on akadze.* outside the store, the claim and the migrations ru
 }
 
 TEST_CASE("the claim planner stays pure: no libpq, clock or config", "[layers]") {
-  const fs::path claim =
-      fs::path(__FILE__).parent_path().parent_path().parent_path() / "daemon" / "claim";
+  const fs::path claim = DaemonDir() / "claim";
   static const std::regex include_line(R"re(^\s*#\s*include\s*[<"]([^">]+)[">])re");
   const std::set<std::string> allowed_rooms = {"core", "claim"};
   for (const char* name : {"claim_planner.h", "claim_planner.cpp"}) {
