@@ -1,7 +1,10 @@
 #include "pg/connection.h"
 
 #include <algorithm>
+#include <poll.h>
+
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -94,8 +97,14 @@ constexpr std::size_t kMaxPrepared = 512;
 
 }  // namespace
 
+SessionBounds SessionBounds::ForStall(std::chrono::milliseconds stall_timeout) {
+  using std::chrono::milliseconds;
+  if (stall_timeout <= milliseconds(0)) return {};
+  return {stall_timeout, std::max(3 * stall_timeout, milliseconds(5000))};
+}
+
 Connection Connection::Open(const std::string& conninfo, std::string_view application_name,
-                            std::chrono::milliseconds stall_timeout) {
+                            SessionBounds bounds) {
   // Defaults that keep a dead server or network from hanging a thread
   // forever; they come before "dbname", so the conninfo (and PG* variables
   // the user set) override them.
@@ -130,7 +139,10 @@ Connection Connection::Open(const std::string& conninfo, std::string_view applic
   }
   PQsetNoticeReceiver(raw, &LogNotice, nullptr);
   Connection conn(raw);
-  conn.stall_timeout_ = std::max(stall_timeout, std::chrono::milliseconds(0));
+  conn.bounds_.stall = std::max(bounds.stall, std::chrono::milliseconds(0));
+  conn.bounds_.reply = std::max(bounds.reply, std::chrono::milliseconds(0));
+  // Sending never blocks: Await() flushes within the reply's deadline.
+  if (PQsetnonblocking(raw, 1) != 0) ThrowForConnection(raw, "cannot set the connection nonblocking", conninfo);
   return conn;
 }
 
@@ -143,9 +155,72 @@ Result Connection::check(PGresult* raw, std::string_view sql, bool during_commit
   ThrowForResult(conn_.get(), raw, StatementName(sql) + " failed", during_commit);
 }
 
+bool Connection::WaitSocket(short events,
+                            std::optional<std::chrono::steady_clock::time_point> deadline) const {
+  for (;;) {
+    int timeout_ms = -1;
+    if (deadline) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      timeout_ms = static_cast<int>(std::min<long long>(left.count(), 60'000));
+    }
+    const int sock = PQsocket(conn_.get());
+    if (sock < 0) return true;  // closed: libpq's next call reports it
+    pollfd fd{sock, events, 0};
+    const int n = poll(&fd, 1, timeout_ms);
+    if (n > 0) return true;    // ready, or an error/hang-up libpq will report
+    if (n < 0 && errno != EINTR) return true;  // let libpq's next call report it
+  }
+}
+
+void Connection::Abandon(std::string_view sql, bool during_commit) {
+  // The statement may still be running, or held by a pooler: the connection
+  // cannot be used again. Closing it ends the session on the server (the
+  // server, or the pooler, sees the socket close; an open transaction is
+  // rolled back).
+  conn_.reset();
+  prepared_.clear();
+  ThrowNoReply(StatementName(sql) + " failed", bounds_.reply, during_commit);
+}
+
+Result Connection::Await(int sent, std::string_view sql, bool during_commit) {
+  if (!conn_) ThrowNoReply(StatementName(sql) + " failed", std::chrono::milliseconds(0), during_commit);
+  if (sent == 0) ThrowForResult(conn_.get(), nullptr, StatementName(sql) + " failed", during_commit);
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (bounds_.reply.count() > 0) deadline = std::chrono::steady_clock::now() + bounds_.reply;
+  PGconn* c = conn_.get();
+  // What libpq could not write at once (large parameters).
+  for (int left = PQflush(c); left == 1; left = PQflush(c)) {
+    if (!WaitSocket(POLLIN | POLLOUT, deadline)) Abandon(sql, during_commit);
+    // The server may answer (an error) before it read everything.
+    if (PQconsumeInput(c) == 0) break;  // broken: PQgetResult reports it
+  }
+  PGresult* kept = nullptr;
+  for (;;) {
+    while (PQisBusy(c) != 0) {
+      if (!WaitSocket(POLLIN, deadline)) {
+        PQclear(kept);
+        Abandon(sql, during_commit);
+      }
+      if (PQconsumeInput(c) == 0) break;  // broken: PQgetResult reports it
+    }
+    PGresult* next = PQgetResult(c);
+    if (next == nullptr) break;
+    // Of several statements, the last result, unless one failed: then the
+    // first error (later ones follow from it), as PQexec does.
+    if (kept != nullptr && PQresultStatus(kept) == PGRES_FATAL_ERROR) {
+      PQclear(next);
+      continue;
+    }
+    PQclear(kept);
+    kept = next;
+  }
+  return check(kept, sql, during_commit);
+}
+
 Result Connection::exec(std::string_view sql) {
   std::string text(sql);
-  return check(PQexec(conn_.get(), text.c_str()), sql, false);
+  return Await(PQsendQuery(conn_.get(), text.c_str()), sql, false);
 }
 
 Result Connection::exec(std::string_view sql, const Params& params) { return ExecParams(sql, params, true); }
@@ -162,8 +237,8 @@ Result Connection::ExecParams(std::string_view sql, const Params& params, bool p
                                 " types declared for " + std::to_string(params.size()) + " values");
   }
   auto unnamed = [&] {
-    return check(PQexecParams(conn_.get(), text.c_str(), params.size(), params.type_oids(), values.data(),
-                              nullptr, nullptr, 0),
+    return Await(PQsendQueryParams(conn_.get(), text.c_str(), params.size(), params.type_oids(),
+                                   values.data(), nullptr, nullptr, 0),
                  sql, false);
   };
   if (prepare && prepare_ && pooled()) prepare_ = false;
@@ -175,11 +250,11 @@ Result Connection::ExecParams(std::string_view sql, const Params& params, bool p
   try {
     if (!prepared_.contains(hash)) {
       const int types = params.type_oids() != nullptr ? params.type_count() : 0;
-      check(PQprepare(conn_.get(), name, text.c_str(), types, params.type_oids()), sql, false);
+      Await(PQsendPrepare(conn_.get(), name, text.c_str(), types, params.type_oids()), sql, false);
       prepared_.insert(hash);
     }
-    return check(PQexecPrepared(conn_.get(), name, params.size(), values.data(), nullptr, nullptr, 0), sql,
-                 false);
+    return Await(PQsendQueryPrepared(conn_.get(), name, params.size(), values.data(), nullptr, nullptr, 0),
+                 sql, false);
   } catch (const PgError& e) {
     // 42P05: the server has this name already (only a pooler or a DISCARD
     // behind our back explains it); 26000: the server lost it; 0A000: a

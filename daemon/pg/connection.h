@@ -29,6 +29,31 @@
 
 namespace akadzed::pg {
 
+// The bounds a daemon session puts on the server and on itself.
+//
+// `stall`: every Transaction's BEGIN also sets idle_in_transaction_session_timeout
+// and lock_timeout to it (and client_connection_check_interval on
+// PostgreSQL 14+), SET LOCAL so that it holds through a transaction pooler.
+// A client cut off mid-transaction then holds no lock on the server longer
+// than that: the server ends the session. A lock wait past it fails with 55P03.
+//
+// `reply`: the longest the client waits for a statement's reply (sending it
+// included). A reply that does not come in time (a pooler holding the query
+// while it has no server connection to give, a network that drops packets
+// while TCP still looks alive) closes the connection and throws
+// ConnectionError, or InDoubtError for a COMMIT: the caller's usual path for
+// a lost connection (reconnect, no attempt spent). 0: unbounded.
+struct SessionBounds {
+  std::chrono::milliseconds stall{0};
+  std::chrono::milliseconds reply{0};
+
+  // The daemon's rule: with a positive `stall_timeout`, replies are awaited
+  // max(3 x stall_timeout, 5 s). A statement of the daemon waits for a lock
+  // at most `stall_timeout` and runs for milliseconds; the rest is slack for
+  // a loaded server. Without one, nothing is bounded.
+  static SessionBounds ForStall(std::chrono::milliseconds stall_timeout);
+};
+
 class Connection {
  public:
   // Opens a connection. `conninfo` is a libpq URL or keyword string; "" means
@@ -40,16 +65,10 @@ class Connection {
   // Unless conninfo (or $PGTARGETSESSIONATTRS) says otherwise,
   // target_session_attrs=read-write: of a multi-host URL's hosts, the first
   // that takes writes (a standby is skipped).
-  // A positive `stall_timeout` bounds every Transaction on this connection:
-  // its BEGIN also sets idle_in_transaction_session_timeout and lock_timeout
-  // to it (and client_connection_check_interval on PostgreSQL 14+), SET LOCAL
-  // so that it holds through a transaction pooler. A client cut off
-  // mid-transaction then holds no lock on the server longer than that: the
-  // server ends the session. A lock wait past it fails with 55P03.
-  // Throws ConnectionError (message redacted) if the server can't be reached.
+  // `bounds` (SessionBounds above) bound its transactions on the server and
+  // its waits for replies here; by default neither is bounded.
   static Connection Open(const std::string& conninfo,
-                         std::string_view application_name = "akadzed",
-                         std::chrono::milliseconds stall_timeout = std::chrono::milliseconds(0));
+                         std::string_view application_name = "akadzed", SessionBounds bounds = {});
 
   Connection(Connection&&) noexcept = default;
   Connection& operator=(Connection&&) noexcept = default;
@@ -75,7 +94,9 @@ class Connection {
   // then remembered. Throws like exec().
   bool pooled();
 
-  // False once libpq reports the connection as bad.
+  // False once libpq reports the connection as bad, or once a reply did not
+  // come in time (the connection is closed then; every statement after that
+  // throws ConnectionError).
   bool healthy() const;
   // Server's process id, for pg_terminate_backend in tests.
   int backend_pid() const;
@@ -84,12 +105,21 @@ class Connection {
  private:
   explicit Connection(PGconn* conn) : conn_(conn, &PQfinish) {}
   Result check(PGresult* result, std::string_view sql, bool during_commit);
+  // Awaits the reply of a statement PQsend*() just sent (`sent`: its return
+  // value), within bounds_.reply: every result, the first error kept as
+  // PQexec keeps it; then check(). On a reply not in time, closes the
+  // connection and throws.
+  Result Await(int sent, std::string_view sql, bool during_commit);
+  // Waits until the socket is ready for `events` or `deadline` passes
+  // (false then). No deadline: waits as long as it takes.
+  bool WaitSocket(short events, std::optional<std::chrono::steady_clock::time_point> deadline) const;
+  [[noreturn]] void Abandon(std::string_view sql, bool during_commit);
   Result ExecParams(std::string_view sql, const Params& params, bool prepare);
   friend class Transaction;
 
   std::unique_ptr<PGconn, decltype(&PQfinish)> conn_{nullptr, &PQfinish};
   std::optional<bool> pooled_;  // unknown until pooled() first runs
-  std::chrono::milliseconds stall_timeout_{0};  // see Open(); 0: unbounded
+  SessionBounds bounds_;  // see Open()
   bool check_interval_refused_ = false;  // the server refused client_connection_check_interval
   bool prepare_ = true;         // false once pooled, or once a prepared statement failed
   std::unordered_set<std::uint64_t> prepared_;  // statement hashes prepared here

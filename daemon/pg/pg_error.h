@@ -20,6 +20,7 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -100,6 +101,12 @@ void ReportError(const PgError& error) noexcept;
 // `during_commit` turns a lost connection into InDoubtError.
 [[noreturn]] void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
                                  bool during_commit = false);
+
+// Throws ConnectionError (InDoubtError `during_commit`) for a statement whose
+// reply did not come within `waited` (0: the connection had been closed
+// after an earlier statement's reply did not come).
+[[noreturn]] void ThrowNoReply(std::string_view what, std::chrono::milliseconds waited,
+                               bool during_commit);
 
 // Throws ConnectionError for a connection that failed to open or broke.
 // `conninfo`, when given, is what the connection was opened with: any

@@ -9,7 +9,7 @@
 namespace akadzed::pg {
 
 Transaction::Transaction(Connection& conn, std::string_view begin_sql) : conn_(conn) {
-  const long long ms = conn_.stall_timeout_.count();
+  const long long ms = conn_.bounds_.stall.count();
   if (ms <= 0) {
     conn_.exec(begin_sql);
     return;
@@ -46,7 +46,7 @@ Transaction::~Transaction() {
 
 void Transaction::commit() {
   open_ = false;
-  Result result = conn_.check(PQexec(conn_.raw(), "COMMIT"), "COMMIT", /*during_commit=*/true);
+  Result result = conn_.Await(PQsendQuery(conn_.raw(), "COMMIT"), "COMMIT", /*during_commit=*/true);
   const char* status = PQcmdStatus(result.raw());
   if (status != nullptr && std::strcmp(status, "ROLLBACK") == 0) {
     SqlError error("COMMIT failed: the transaction had been aborted and was rolled back", "25P02");

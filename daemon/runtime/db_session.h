@@ -17,12 +17,13 @@ namespace akadzed {
 
 class DbSession {
  public:
-  // `stall_timeout` bounds every transaction of the session (pg::Connection::Open).
+  // `stall_timeout` bounds every transaction of the session, and every wait
+  // for a reply (pg::SessionBounds::ForStall).
   DbSession(std::string conninfo, std::string application_name,
             std::chrono::milliseconds stall_timeout = std::chrono::milliseconds(0))
       : conninfo_(std::move(conninfo)),
         application_name_(std::move(application_name)),
-        stall_timeout_(stall_timeout) {}
+        bounds_(pg::SessionBounds::ForStall(stall_timeout)) {}
 
   // Runs body(connection), opening the connection first if needed. A
   // ConnectionError (from opening or from body) or a connection libpq reports
@@ -32,7 +33,7 @@ class DbSession {
     try {
       if (!conn_ || !conn_->healthy()) {
         conn_.reset();
-        conn_.emplace(pg::Connection::Open(conninfo_, application_name_, stall_timeout_));
+        conn_.emplace(pg::Connection::Open(conninfo_, application_name_, bounds_));
       }
       return body(*conn_);
     } catch (const pg::ConnectionError&) {
@@ -46,7 +47,7 @@ class DbSession {
  private:
   std::string conninfo_;
   std::string application_name_;
-  std::chrono::milliseconds stall_timeout_;
+  pg::SessionBounds bounds_;
   std::optional<pg::Connection> conn_;
 };
 

@@ -243,7 +243,8 @@ void LeaseKeeper::Round() {
     identity.id = RandomUuid();
     sent = loop_.clock().Now();
     session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
-    spdlog::warn("registered worker={} old_worker={} stopped_jobs={} | new id: the worker row had vanished",
+    spdlog::warn("registered worker={} old_worker={} stopped_jobs={} | new id: the worker row had vanished, "
+                 "or this heartbeat reached the server after the lease ran out",
                  identity.id, old_id, stopped);
     // Also the re-registration a lease that ran out meanwhile asks for (the
     // heartbeat was held on a cut network): one new id, not two.

@@ -401,8 +401,9 @@ TEST_CASE("admin commands against a running daemon: enqueue, workers list, cance
                              dir.path() + "/daemon.log");
   const std::int64_t id = std::stoll(db.Ok({"enqueue", "long", "--args", R"({"n":1})"}));
   auto state = [&] { return db.Field(id, "state"); };
+  const bool running = test::WaitUntil([&] { return state() == "running"; });
   INFO("daemon log: " << daemon.Log());
-  REQUIRE(test::WaitUntil([&] { return state() == "running"; }));
+  REQUIRE(running);
 
   json w = db.OkJson({"workers", "list", "--json"});
   REQUIRE(w.size() == 1);

@@ -22,6 +22,7 @@
 #include "pg/pg_error.h"
 #include "pg/result.h"
 #include "pg/transaction.h"
+#include "support/blackhole_proxy.h"
 #include "support/caught_error.h"
 #include "support/test_cluster.h"
 
@@ -31,6 +32,7 @@ namespace {
 using pg::Connection;
 using pg::Params;
 using pg::Result;
+using pg::SessionBounds;
 using pg::Transaction;
 using test::Capture;
 using test::Caught;
@@ -645,7 +647,7 @@ TEST_CASE("pg: a stall_timeout bounds each transaction's idle time and lock wait
   const std::string url = test::FreshDatabase(false);
   Connection holder = Connection::Open(url);
   holder.exec("CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)");
-  Connection bounded = Connection::Open(url, "akadzed test", std::chrono::milliseconds(300));
+  Connection bounded = Connection::Open(url, "akadzed test", {std::chrono::milliseconds(300)});
   {
     Transaction tx(bounded);
     CHECK(tx.exec("SHOW idle_in_transaction_session_timeout").text(0, 0) == "300ms");
@@ -674,7 +676,7 @@ TEST_CASE("pg: a client that goes silent mid-transaction is cut off by the serve
   const std::string url = test::FreshDatabase(false);
   Connection watcher = Connection::Open(url);
   watcher.exec("CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)");
-  Connection silent = Connection::Open(url, "akadzed test", std::chrono::milliseconds(300));
+  Connection silent = Connection::Open(url, "akadzed test", {std::chrono::milliseconds(300)});
   const int pid = silent.backend_pid();
   Transaction tx(silent);
   tx.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE");
@@ -689,6 +691,81 @@ TEST_CASE("pg: a client that goes silent mid-transaction is cut off by the serve
   CHECK(other.exec("SELECT id FROM rows WHERE id = 1 FOR UPDATE NOWAIT").rows() == 1);
   Caught c = Capture([&] { tx.exec("SELECT 1"); });
   CHECK(c.kind == "ConnectionError");
+}
+
+TEST_CASE("pg: SessionBounds::ForStall: replies awaited 3 x stall_timeout, 5 s at least; nothing without one",
+          "[pg][stall]") {
+  using std::chrono::milliseconds;
+  CHECK(SessionBounds::ForStall(milliseconds(0)).reply == milliseconds(0));
+  CHECK(SessionBounds::ForStall(milliseconds(0)).stall == milliseconds(0));
+  CHECK(SessionBounds::ForStall(milliseconds(300)).stall == milliseconds(300));
+  CHECK(SessionBounds::ForStall(milliseconds(300)).reply == milliseconds(5000));
+  CHECK(SessionBounds::ForStall(milliseconds(5000)).reply == milliseconds(15000));
+}
+
+// [direct]: through a blackholing proxy in front of the cluster itself. What
+// a pooler that holds a query (no server connection to give) or a network
+// that drops packets looks like to the client: TCP alive, no reply.
+TEST_CASE("pg: a reply that does not come within SessionBounds::reply closes the connection: "
+          "ConnectionError, InDoubtError at COMMIT",
+          "[pg][stall][direct]") {
+  using std::chrono::milliseconds;
+  const std::string url = test::FreshDatabase(false);
+  Connection direct = Connection::Open(url);
+  direct.exec("CREATE TABLE t (x int)");
+  test::BlackholeProxy proxy(test::BlackholeProxy::ClusterTarget());
+  const std::string through = url + " " + proxy.conninfo();
+  const SessionBounds bounds{milliseconds(300), milliseconds(700)};
+
+  SECTION("a statement") {
+    Connection conn = Connection::Open(through, "akadzed reply test", bounds);
+    CHECK(conn.exec("SELECT 1").int64(0, 0) == 1);
+    proxy.CutAll();
+    const auto started = std::chrono::steady_clock::now();
+    Caught c = Capture([&] { conn.exec("SELECT $1::int", Params().add(2)); });
+    const auto waited = std::chrono::steady_clock::now() - started;
+    CHECK(c.kind == "ConnectionError");
+    CHECK(c.message.find("SELECT failed: no reply from the server within 700 ms") != std::string::npos);
+    CHECK(waited >= milliseconds(700));
+    CHECK(waited < milliseconds(5000));
+    CHECK_FALSE(conn.healthy());
+    // Closed for good: the next statement fails at once, saying why.
+    Caught again = Capture([&] { conn.exec("SELECT 1"); });
+    CHECK(again.kind == "ConnectionError");
+    CHECK(again.message.find("closed after an earlier statement got no reply") != std::string::npos);
+    proxy.Heal();
+  }
+  SECTION("a COMMIT: in doubt; the server's own bound ended the transaction meanwhile") {
+    Connection conn = Connection::Open(through, "akadzed reply test", bounds);
+    {
+      Transaction tx(conn);
+      tx.exec("INSERT INTO t VALUES (1)");
+      proxy.CutAll();
+      Caught c = Capture([&] { tx.commit(); });
+      CHECK(c.kind == "InDoubtError");
+      CHECK(c.message.find("commit outcome unknown, COMMIT failed: no reply") != std::string::npos);
+    }  // the destructor must not throw
+    CHECK_FALSE(conn.healthy());
+    // The client cannot know what became of it. Here the server ended the
+    // session, idle in transaction past the stall bound (300 ms) while the
+    // proxy held the COMMIT: rolled back. (Without that bound the held
+    // COMMIT would arrive on the heal and commit.)
+    proxy.Heal();
+    CHECK(Eventually([&] {
+      return direct.exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'akadzed reply test'")
+                 .int64(0, 0) == 0;
+    }));
+    CHECK(Count(direct, "t") == 0);
+  }
+  SECTION("without a reply bound the same statement waits until the cut heals") {
+    Connection conn = Connection::Open(through, "akadzed reply test", {milliseconds(300)});
+    proxy.CutAll();
+    auto reply = std::async(std::launch::async, [&] { return conn.exec("SELECT 3").int64(0, 0); });
+    CHECK(reply.wait_for(milliseconds(1000)) == std::future_status::timeout);
+    proxy.Heal();
+    CHECK(reply.get() == 3);
+    CHECK(conn.healthy());
+  }
 }
 
 TEST_CASE("pg: a read-only server (25006) is a ConnectionError, not a job's SQL error", "[pg][errors]") {
