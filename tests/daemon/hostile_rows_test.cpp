@@ -23,7 +23,6 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "store/job_admin.h"
@@ -31,6 +30,7 @@
 #include "claim/claim_transaction.h"
 #include "pg/connection.h"
 #include "pg/pg_error.h"
+#include "support/log_capture.h"
 #include "support/test_cluster.h"
 #include "store/job_finish.h"
 #include "worker/pruner.h"
@@ -298,16 +298,11 @@ TEST_CASE("a start window past 100 years is refused, a mark far in the future is
   CHECK(ListLimitUse(db.conn).size() >= 2);
 }
 
-// Swaps the default logger for one writing into a string, and fd 2 for a
-// file, for the test's lifetime.
+// Captures the default logger (LogCapture) and fd 2, into a file, for the
+// test's lifetime.
 class CapturedLogs {
  public:
-  CapturedLogs()
-      : saved_(spdlog::default_logger()),
-        logger_(std::make_shared<spdlog::logger>("captured",
-                                                 std::make_shared<spdlog::sinks::ostream_sink_mt>(out_))) {
-    logger_->set_level(spdlog::level::debug);
-    spdlog::set_default_logger(logger_);
+  CapturedLogs() {
     std::fflush(stderr);
     saved_stderr_ = dup(2);
     int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -319,9 +314,8 @@ class CapturedLogs {
     dup2(saved_stderr_, 2);
     close(saved_stderr_);
     std::remove(path_.c_str());
-    spdlog::set_default_logger(saved_);
   }
-  std::string logs() const { return out_.str(); }
+  std::string logs() const { return logger_.text(); }
   std::string stderr_text() const {
     std::fflush(stderr);
     std::ifstream in(path_);
@@ -331,9 +325,7 @@ class CapturedLogs {
   }
 
  private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> saved_;
-  std::shared_ptr<spdlog::logger> logger_;
+  test::LogCapture logger_;
   std::string path_ = "/tmp/akadzed-stderr-" + std::to_string(getpid());
   int saved_stderr_ = -1;
 };

@@ -10,11 +10,11 @@
 #include <sstream>
 #include <string>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "claim/claim_transaction.h"
 #include "pg/connection.h"
+#include "support/log_capture.h"
 #include "support/manual_clock.h"
 #include "support/test_cluster.h"
 #include "worker/lease_keeper.h"
@@ -27,30 +27,7 @@ namespace {
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-// The default logger writes into a string for the test's lifetime.
-class LogText {
- public:
-  LogText()
-      : saved_(spdlog::default_logger()),
-        logger_(std::make_shared<spdlog::logger>("rounds",
-                                                 std::make_shared<spdlog::sinks::ostream_sink_mt>(out_))) {
-    logger_->set_level(spdlog::level::debug);
-    logger_->set_pattern("%l %v");
-    spdlog::set_default_logger(logger_);
-  }
-  ~LogText() { spdlog::set_default_logger(saved_); }
-  std::string Take() {
-    std::string text = out_.str();
-    out_.str("");
-    return text;
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> saved_;
-  std::shared_ptr<spdlog::logger> logger_;
-};
+using test::LogCapture;
 
 bool Has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -81,7 +58,7 @@ class RenamableDb {
 TEST_CASE("a pruner round deletes old rows; a failed round backs off and its outage is measured on the "
           "clock", "[kit][direct]") {
   RenamableDb db;
-  LogText logs;
+  LogCapture logs;
   {
     pg::Connection c = db.Connect();
     c.exec("INSERT INTO akadze.jobs (task, state, finished_at) SELECT 't', 'succeeded',"
@@ -119,7 +96,7 @@ TEST_CASE("a pruner round deletes old rows; a failed round backs off and its out
 TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at its span, stops the "
           "jobs, and the next round registers a new id", "[kit][lease][direct]") {
   RenamableDb db;
-  LogText logs;
+  LogCapture logs;
   test::ManualClock clock;
   RunningJobs running;
   WorkerConfig timings;

@@ -2,7 +2,6 @@
 // lines, cooperative stop and timeout, concurrency and shared loading.
 #include <akadzed/plugin.h>
 #include <dlfcn.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 
@@ -24,11 +23,13 @@
 
 #include "handlers/plugin_handler.h"
 #include "hooks/plugin_hook.h"
+#include "support/log_capture.h"
 
 namespace akadzed {
 namespace {
 
 using namespace std::chrono_literals;
+using test::LogCapture;
 using Clock = std::chrono::steady_clock;
 
 const std::string kTestDir = AKADZED_TEST_PLUGIN_DIR;
@@ -84,25 +85,6 @@ std::string Hex16(std::uint64_t value) {
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(value));
   return buf;
 }
-
-// Makes a logger writing "<level> <message>" lines to a string the default
-// logger for its lifetime (tests that do not read it use it to stay quiet).
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("plugin_test", sink);
-    logger->set_pattern("%l %v");
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::shared_ptr<spdlog::logger> previous_;
-  std::ostringstream out_;
-};
 
 // Sets an environment variable for its lifetime.
 class EnvGuard {

@@ -26,10 +26,10 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "handlers/shell_handler.h"
+#include "support/log_capture.h"
 
 namespace akadzed {
 namespace {
@@ -37,44 +37,18 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+using test::LogCapture;
 
-// Installs a logger writing "<level> <message>" lines into a string as the
-// default logger; restores the previous default on destruction.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("shell_test", std::move(sink));
-    logger->set_pattern("%l %v");
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(std::move(logger));
+// The logged stdout lines of one job, in order.
+std::vector<std::string> Stdout(const test::LogCapture& log, std::int64_t job) {
+  std::vector<std::string> lines;
+  std::istringstream in(log.text());
+  const std::string prefix = "info output job=" + std::to_string(job) + " task=test stream=stdout | ";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) == 0) lines.push_back(line.substr(prefix.size()));
   }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-
-  std::string text() const { return out_.str(); }
-  bool Has(const std::string& needle) const { return text().find(needle) != std::string::npos; }
-  std::size_t Count(const std::string& needle) const {
-    const std::string all = text();
-    std::size_t n = 0;
-    for (auto at = all.find(needle); at != std::string::npos; at = all.find(needle, at + 1)) ++n;
-    return n;
-  }
-  // The logged stdout lines of one job, in order.
-  std::vector<std::string> Stdout(std::int64_t job) const {
-    std::vector<std::string> lines;
-    std::istringstream in(text());
-    const std::string prefix =
-        "info output job=" + std::to_string(job) + " task=test stream=stdout | ";
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind(prefix, 0) == 0) lines.push_back(line.substr(prefix.size()));
-    }
-    return lines;
-  }
-
- private:
-  std::shared_ptr<spdlog::logger> previous_;
-  std::ostringstream out_;
-};
+  return lines;
+}
 
 class TempDir {
  public:
@@ -348,7 +322,7 @@ TEST_CASE("the child gets the job in its environment, not the daemon's systemd v
   job.run_count = 2;
   REQUIRE(RunOnce(config, job).kind == OutcomeKind::kSuccess);
 
-  const std::vector<std::string> lines = log.Stdout(42);
+  const std::vector<std::string> lines = Stdout(log, 42);
   const std::set<std::string> seen(lines.begin(), lines.end());
   for (const char* expected :
        {"AKADZE_JOB_ID=42", "AKADZE_TASK=mail.send", "AKADZE_QUEUE=mail", "AKADZE_ATTEMPT=2",
@@ -368,7 +342,7 @@ TEST_CASE("the child gets the job in its environment, not the daemon's systemd v
   job.id = 43;
   job.limit_key = "tenant-9";
   REQUIRE(RunOnce(Sh("env"), job).kind == OutcomeKind::kSuccess);
-  const std::vector<std::string> keyed = log.Stdout(43);
+  const std::vector<std::string> keyed = Stdout(log, 43);
   CHECK(std::count(keyed.begin(), keyed.end(), "AKADZE_LIMIT_KEY=tenant-9") == 1);
 }
 
@@ -390,7 +364,7 @@ TEST_CASE("the daemon's database settings and AKADZE_* never reach the child; en
   ShellHandlerConfig config = Sh("env");
   config.env = {{"PGHOST", "reports.internal"}};  // explicit: the handler's own database
   REQUIRE(RunOnce(config, Job(7)).kind == OutcomeKind::kSuccess);
-  const std::vector<std::string> lines = log.Stdout(7);
+  const std::vector<std::string> lines = Stdout(log, 7);
   const std::set<std::string> seen(lines.begin(), lines.end());
   CHECK(seen.count("AKADZE_JOB_ID=7") == 1);
   CHECK(seen.count("PGHOST=reports.internal") == 1);
@@ -430,7 +404,7 @@ TEST_CASE("the child starts with default signals even when the daemon blocks or 
   sigaction(SIGPIPE, &previous, nullptr);
 
   CHECK(outcome.kind == OutcomeKind::kSuccess);
-  const std::vector<std::string> lines = log.Stdout(1);
+  const std::vector<std::string> lines = Stdout(log, 1);
   REQUIRE(lines.size() == 2);
   CHECK(lines[0] == "SigBlk:\t0000000000000000");
   // Bits 0-30 are signals 1-31. glibc's posix_spawn leaves its own internal
@@ -459,7 +433,7 @@ TEST_CASE("the args JSON arrives intact on stdin, large or unread", "[shell]") {
   CHECK(RunOnce(Sh("sleep 0.2"), Job(4, big)).kind == OutcomeKind::kSuccess);
   // One closes stdin early and keeps running.
   CHECK(RunOnce(Sh("exec 0<&-; sleep 0.2; echo done"), Job(5, big)).kind == OutcomeKind::kSuccess);
-  CHECK(log.Stdout(5) == std::vector<std::string>{"done"});
+  CHECK(Stdout(log, 5) == std::vector<std::string>{"done"});
 }
 
 TEST_CASE("a timeout kills the whole process group, a grandchild ignoring TERM included",
@@ -494,7 +468,7 @@ TEST_CASE("background children still running when the leader exits are killed", 
       RunOnce(Sh(R"(sleep 60 & echo $! > "$1"; echo leaving)", {dir / "stray.pid"}));
   CHECK(Clock::now() - started < std::chrono::seconds(30));  // the stray held stdout open
   CHECK(outcome.kind == OutcomeKind::kSuccess);
-  CHECK(log.Stdout(1) == std::vector<std::string>{"leaving"});
+  CHECK(Stdout(log, 1) == std::vector<std::string>{"leaving"});
   const pid_t stray = AwaitPidFile(dir / "stray.pid");
   REQUIRE(stray > 0);
   CHECK(AwaitGone(stray));
@@ -511,7 +485,7 @@ while [ ! -s "$1" ]; do sleep 0.05; done; echo bye)",
                                   {dir / "escaped.pid"}));
   CHECK(Clock::now() - started < std::chrono::seconds(20));  // not the 30 s sleep
   CHECK(outcome.kind == OutcomeKind::kSuccess);
-  CHECK(log.Stdout(1) == std::vector<std::string>{"bye"});
+  CHECK(Stdout(log, 1) == std::vector<std::string>{"bye"});
   const pid_t escaped = AwaitPidFile(dir / "escaped.pid");
   REQUIRE(escaped > 0);
   kill(escaped, SIGKILL);  // out of the handler's reach by design
@@ -614,7 +588,7 @@ TEST_CASE("output lines are cut, the run's output is capped, partial lines are k
     config.max_line_bytes = 20;
     config.max_output_bytes = 100;
     REQUIRE(RunOnce(config).kind == OutcomeKind::kSuccess);
-    const std::vector<std::string> lines = log.Stdout(1);
+    const std::vector<std::string> lines = Stdout(log, 1);
     REQUIRE(lines.size() >= 2);
     CHECK(lines[0] == "01234567890123456...");
     std::size_t total = 0;
@@ -639,7 +613,7 @@ TEST_CASE("output lines are cut, the run's output is capped, partial lines are k
   SECTION("a partial last line is logged at EOF") {
     LogCapture log;
     REQUIRE(RunOnce(Sh("printf 'first\\nno newline at end'")).kind == OutcomeKind::kSuccess);
-    CHECK(log.Stdout(1) == std::vector<std::string>{"first", "no newline at end"});
+    CHECK(Stdout(log, 1) == std::vector<std::string>{"first", "no newline at end"});
   }
 
   SECTION("a huge line without newlines is cut, the next line is intact") {
@@ -651,7 +625,7 @@ TEST_CASE("output lines are cut, the run's output is capped, partial lines are k
            "exit 9");
     config.max_line_bytes = 20;
     JobOutcome outcome = RunOnce(config);
-    CHECK(log.Stdout(1) == std::vector<std::string>{"aaaaaaaaaaaaaaaaa...", "after"});
+    CHECK(Stdout(log, 1) == std::vector<std::string>{"aaaaaaaaaaaaaaaaa...", "after"});
     // The stderr line in the message is the cut one, not split inside a character.
     CHECK(outcome.message == "exited with status 9: multi-byte: \xc3\xa9\xc3\xa9...");
   }
@@ -668,7 +642,7 @@ TEST_CASE("runs leak no fds and the child holds only fds 0-3", "[shell]") {
   const std::size_t before = OpenFdCount();
 
   REQUIRE(RunOnce(Sh("ls /proc/$$/fd; exit 0")).kind == OutcomeKind::kSuccess);
-  CHECK(log.Stdout(1) == std::vector<std::string>{"0", "1", "2", "3"});
+  CHECK(Stdout(log, 1) == std::vector<std::string>{"0", "1", "2", "3"});
   RunOnce(Sh("exit 4"));
   RunOnce(Sh("printf 'junk' >&3"));
   ShellHandlerConfig missing;
@@ -712,7 +686,7 @@ TEST_CASE("many threads run jobs at once, each seeing only its own pipes", "[she
     for (int i = 0; i < kRunsEach; ++i) {
       const std::int64_t id = 1000 + t * 100 + i;
       INFO("job " << id);
-      CHECK(log.Stdout(id) == std::vector<std::string>{"0", "1", "2", "3"});
+      CHECK(Stdout(log, id) == std::vector<std::string>{"0", "1", "2", "3"});
     }
   }
   CHECK(OpenFdCount() == before);
