@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -155,54 +156,76 @@ Result Connection::check(PGresult* raw, std::string_view sql, bool during_commit
   ThrowForResult(conn_.get(), raw, StatementName(sql) + " failed", during_commit);
 }
 
-bool Connection::WaitSocket(short events,
-                            std::optional<std::chrono::steady_clock::time_point> deadline) const {
+int Connection::WaitSocket(short events, std::optional<std::chrono::steady_clock::time_point> deadline) const {
   for (;;) {
     int timeout_ms = -1;
     if (deadline) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
+      if (left.count() <= 0) return 0;
       timeout_ms = static_cast<int>(std::min<long long>(left.count(), 60'000));
     }
     const int sock = PQsocket(conn_.get());
-    if (sock < 0) return true;  // closed: libpq's next call reports it
+    if (sock < 0) return 1;  // closed: libpq's next call reports it
     pollfd fd{sock, events, 0};
     const int n = poll(&fd, 1, timeout_ms);
-    if (n > 0) return true;    // ready, or an error/hang-up libpq will report
-    if (n < 0 && errno != EINTR) return true;  // let libpq's next call report it
+    if (n > 0) return 1;  // ready, or an error/hang-up libpq will report
+    if (n < 0 && errno != EINTR) return -errno;
   }
 }
 
-void Connection::Abandon(std::string_view sql, bool during_commit) {
+void Connection::Drop(std::string_view sql, bool during_commit, const std::string& detail) {
   // The statement may still be running, or held by a pooler: the connection
   // cannot be used again. Closing it ends the session on the server (the
   // server, or the pooler, sees the socket close; an open transaction is
   // rolled back).
   conn_.reset();
   prepared_.clear();
-  ThrowNoReply(StatementName(sql) + " failed", bounds_.reply, during_commit);
+  ThrowLost(StatementName(sql) + " failed", detail, during_commit);
 }
 
 Result Connection::Await(int sent, std::string_view sql, bool during_commit) {
-  if (!conn_) ThrowNoReply(StatementName(sql) + " failed", std::chrono::milliseconds(0), during_commit);
+  // Closed after an earlier statement's reply did not come: this one was
+  // never sent (not even a COMMIT is in doubt then).
+  if (!conn_) {
+    ThrowLost(StatementName(sql) + " failed",
+              "the connection was closed after an earlier statement got no reply in time", false);
+  }
   if (sent == 0) ThrowForResult(conn_.get(), nullptr, StatementName(sql) + " failed", during_commit);
   std::optional<std::chrono::steady_clock::time_point> deadline;
   if (bounds_.reply.count() > 0) deadline = std::chrono::steady_clock::now() + bounds_.reply;
   PGconn* c = conn_.get();
+  const auto wait = [&](short events, PGresult* kept) {
+    const int ready = WaitSocket(events, deadline);
+    if (ready > 0) return;
+    PQclear(kept);
+    if (ready == 0) {
+      Drop(sql, during_commit,
+           "no reply from the server within " + std::to_string(bounds_.reply.count()) +
+               " ms (a pooler holding the query, or a network dropping packets); connection closed");
+    }
+    Drop(sql, during_commit, std::string("poll() failed: ") + std::strerror(-ready) + "; connection closed");
+  };
+  // libpq could not read: if it did not mark the connection bad (an errno it
+  // does not count as a lost connection), PQgetResult would wait with no
+  // deadline; close it here instead.
+  const auto consume = [&](PGresult* kept) {
+    if (PQconsumeInput(c) != 0 || PQstatus(c) == CONNECTION_BAD) return;  // bad: PQgetResult reports it
+    const std::string detail = PQerrorMessage(c);
+    PQclear(kept);
+    Drop(sql, during_commit, detail + "; connection closed");
+  };
   // What libpq could not write at once (large parameters).
   for (int left = PQflush(c); left == 1; left = PQflush(c)) {
-    if (!WaitSocket(POLLIN | POLLOUT, deadline)) Abandon(sql, during_commit);
+    wait(POLLIN | POLLOUT, nullptr);
     // The server may answer (an error) before it read everything.
-    if (PQconsumeInput(c) == 0) break;  // broken: PQgetResult reports it
+    consume(nullptr);
+    if (PQstatus(c) == CONNECTION_BAD) break;
   }
   PGresult* kept = nullptr;
   for (;;) {
-    while (PQisBusy(c) != 0) {
-      if (!WaitSocket(POLLIN, deadline)) {
-        PQclear(kept);
-        Abandon(sql, during_commit);
-      }
-      if (PQconsumeInput(c) == 0) break;  // broken: PQgetResult reports it
+    while (PQisBusy(c) != 0 && PQstatus(c) != CONNECTION_BAD) {
+      wait(POLLIN, kept);
+      consume(kept);
     }
     PGresult* next = PQgetResult(c);
     if (next == nullptr) break;
@@ -210,10 +233,17 @@ Result Connection::Await(int sent, std::string_view sql, bool during_commit) {
     // first error (later ones follow from it), as PQexec does.
     if (kept != nullptr && PQresultStatus(kept) == PGRES_FATAL_ERROR) {
       PQclear(next);
-      continue;
+    } else {
+      PQclear(kept);
+      kept = next;
     }
-    PQclear(kept);
-    kept = next;
+    // COPY (not used) returns its state on every call; a bad connection ends
+    // the results (as in PQexec).
+    const ExecStatusType status = PQresultStatus(kept);
+    if (status == PGRES_COPY_IN || status == PGRES_COPY_OUT || status == PGRES_COPY_BOTH ||
+        PQstatus(c) == CONNECTION_BAD) {
+      break;
+    }
   }
   return check(kept, sql, during_commit);
 }

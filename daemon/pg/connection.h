@@ -42,7 +42,10 @@ namespace akadzed::pg {
 // while it has no server connection to give, a network that drops packets
 // while TCP still looks alive) closes the connection and throws
 // ConnectionError, or InDoubtError for a COMMIT: the caller's usual path for
-// a lost connection (reconnect, no attempt spent). 0: unbounded.
+// a lost connection (reconnect, no attempt spent). 0: unbounded. With both
+// bounds and `reply` of 2 s or more, a Transaction's BEGIN also sets
+// statement_timeout to `reply` - 1 s: a statement that runs that long (not
+// one held on the way) fails on the server first, with 57014.
 struct SessionBounds {
   std::chrono::milliseconds stall{0};
   std::chrono::milliseconds reply{0};
@@ -110,10 +113,12 @@ class Connection {
   // PQexec keeps it; then check(). On a reply not in time, closes the
   // connection and throws.
   Result Await(int sent, std::string_view sql, bool during_commit);
-  // Waits until the socket is ready for `events` or `deadline` passes
-  // (false then). No deadline: waits as long as it takes.
-  bool WaitSocket(short events, std::optional<std::chrono::steady_clock::time_point> deadline) const;
-  [[noreturn]] void Abandon(std::string_view sql, bool during_commit);
+  // Waits until the socket is ready for `events` (1), `deadline` passes (0)
+  // or poll() fails (-errno). No deadline: waits as long as it takes.
+  int WaitSocket(short events, std::optional<std::chrono::steady_clock::time_point> deadline) const;
+  // Closes the connection and throws ConnectionError (InDoubtError
+  // `during_commit`) saying `detail`.
+  [[noreturn]] void Drop(std::string_view sql, bool during_commit, const std::string& detail);
   Result ExecParams(std::string_view sql, const Params& params, bool prepare);
   friend class Transaction;
 

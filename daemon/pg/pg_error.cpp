@@ -98,14 +98,8 @@ void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
   Raise(SqlError(message, sqlstate));
 }
 
-void ThrowNoReply(std::string_view what, std::chrono::milliseconds waited, bool during_commit) {
-  std::string message(what);
-  if (waited.count() > 0) {
-    message += ": no reply from the server within " + std::to_string(waited.count()) +
-               " ms (a pooler holding the query, or a network dropping packets); connection closed";
-  } else {
-    message += ": the connection was closed after an earlier statement got no reply in time";
-  }
+void ThrowLost(std::string_view what, std::string_view detail, bool during_commit) {
+  const std::string message = Message(what, detail);
   if (during_commit) Raise(InDoubtError("commit outcome unknown, " + message, ""));
   Raise(ConnectionError(message, ""));
 }

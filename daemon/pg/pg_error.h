@@ -102,11 +102,9 @@ void ReportError(const PgError& error) noexcept;
 [[noreturn]] void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
                                  bool during_commit = false);
 
-// Throws ConnectionError (InDoubtError `during_commit`) for a statement whose
-// reply did not come within `waited` (0: the connection had been closed
-// after an earlier statement's reply did not come).
-[[noreturn]] void ThrowNoReply(std::string_view what, std::chrono::milliseconds waited,
-                               bool during_commit);
+// Throws ConnectionError (InDoubtError `during_commit`) for a connection the
+// client gave up on or found broken: "<what>: <detail>".
+[[noreturn]] void ThrowLost(std::string_view what, std::string_view detail, bool during_commit);
 
 // Throws ConnectionError for a connection that failed to open or broke.
 // `conninfo`, when given, is what the connection was opened with: any

@@ -18,6 +18,12 @@ Transaction::Transaction(Connection& conn, std::string_view begin_sql) : conn_(c
   std::string sql(begin_sql);
   sql += "; SET LOCAL idle_in_transaction_session_timeout = " + std::to_string(ms) +
          "; SET LOCAL lock_timeout = " + std::to_string(ms);
+  // The server ends a statement that runs toward the client's reply
+  // deadline a second before it, with a clean 57014, rather than the client
+  // closing the connection on a statement still running.
+  if (const long long reply = conn_.bounds_.reply.count(); reply >= 2000) {
+    sql += "; SET LOCAL statement_timeout = " + std::to_string(reply - 1000);
+  }
   if (!conn_.check_interval_refused_ && PQserverVersion(conn_.raw()) >= 140000) {
     const std::string with_check =
         sql + "; SET LOCAL client_connection_check_interval = " + std::to_string(std::min(ms, 1000LL));

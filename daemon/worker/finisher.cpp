@@ -213,10 +213,10 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       } catch (const pg::PgError& e) {
         // Row by row only for what one row can cause; the server being away
         // (logged once per outage) or its state (a timeout, a read-only
-        // server) is waited out, batch and all. A lost connection and every
-        // transient SQLSTATE are not row faults (pg_error.h); RoundGuard
-        // sorts the rest.
-        if (one_by_one || !pg::IsRowFaultSqlState(e.sqlstate())) {
+        // server) is waited out, batch and all. No transient SQLSTATE is a
+        // row fault (pg_error.h); a lost connection may still carry the
+        // SQLSTATE of the row error that came before it broke.
+        if (e.poisons_connection() || one_by_one || !pg::IsRowFaultSqlState(e.sqlstate())) {
           const RoundFailure f = guard_.Failed(e);
           spdlog::log(f.level, "finish_failed count={} | {}", requests.size(), f.message);
           retry_in_ = f.retry_in;

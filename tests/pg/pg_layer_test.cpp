@@ -757,6 +757,14 @@ TEST_CASE("pg: a reply that does not come within SessionBounds::reply closes the
     }));
     CHECK(Count(direct, "t") == 0);
   }
+  SECTION("a transaction's statements end on the server a second before the reply deadline") {
+    Connection conn = Connection::Open(url, "akadzed reply test", {milliseconds(300), milliseconds(3000)});
+    Transaction tx(conn);
+    CHECK(tx.exec("SHOW statement_timeout").text(0, 0) == "2s");
+    Caught c = Capture([&] { tx.exec("SELECT pg_sleep(5)"); });
+    CHECK(c.sqlstate == "57014");
+    CHECK(c.kind == "SqlError");
+  }
   SECTION("without a reply bound the same statement waits until the cut heals") {
     Connection conn = Connection::Open(through, "akadzed reply test", {milliseconds(300)});
     proxy.CutAll();
