@@ -1,8 +1,8 @@
 #include "pg/connection.h"
 
-#include <algorithm>
 #include <poll.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>

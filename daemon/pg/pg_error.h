@@ -1,7 +1,8 @@
 // Typed errors for everything that talks to PostgreSQL.
 //
 // Every libpq failure in akadzed is turned into one of these classes by
-// ThrowForResult() / ThrowForConnection() below, and nowhere else (the one
+// ThrowForResult() / ThrowForConnection() / ThrowLost() below (the last for a
+// connection the client gives up on: no reply in time), and nowhere else (the one
 // other throw site is Transaction::commit(), for a COMMIT the server answered
 // with ROLLBACK: no libpq error exists then). Callers
 // decide what to do from the type alone:
@@ -11,7 +12,7 @@
 //                   (serialization failure, deadlock, lock timeout).
 //   ConnectionError the connection is gone or unusable; discard it, reconnect
 //                   and retry. Always transient.
-//   InDoubtError    the connection broke while COMMIT was in flight: the
+//   InDoubtError    the connection broke (or no reply came) while COMMIT was in flight: the
 //                   transaction may or may not have committed.
 // Messages never contain a password: they pass through RedactSecrets().
 //

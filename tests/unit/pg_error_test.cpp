@@ -10,8 +10,8 @@ namespace akadzed::pg {
 namespace {
 
 TEST_CASE("pg_error: a lost connection or a transient state is never a row fault", "[pg_error]") {
-  // What the finisher relies on when it sorts a failed batch by SQLSTATE
-  // alone: none of these may send it row by row.
+  // What the finisher relies on when it sorts a failed batch by SQLSTATE:
+  // none of these may send it row by row.
   for (const std::string s : {"08000", "08003", "08006", "08P01", "57P01", "57P02", "57P03", "25006",
                               "40001", "40P01", "55P03", "53300", "57014", "58030", "XX000", ""}) {
     INFO(s);
