@@ -147,8 +147,8 @@ Connection Connection::Open(const std::string& conninfo, std::string_view applic
   return conn;
 }
 
-Result Connection::check(PGresult* raw, std::string_view sql, bool during_commit) {
-  Result result(raw);
+Result Connection::check(Result result, std::string_view sql, bool during_commit) {
+  PGresult* raw = result.raw();
   ExecStatusType status = raw != nullptr ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
   if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY) {
     return result;
@@ -183,69 +183,178 @@ void Connection::Drop(std::string_view sql, bool during_commit, const std::strin
   ThrowLost(StatementName(sql) + " failed", detail, during_commit);
 }
 
-Result Connection::Await(int sent, std::string_view sql, bool during_commit) {
-  // Closed after an earlier statement's reply did not come: this one was
+Connection::Exchange Connection::StartExchange(std::string_view sql, bool during_commit) {
+  // Closed after an earlier statement's reply did not come: this one is
   // never sent (not even a COMMIT is in doubt then).
   if (!conn_) {
     ThrowLost(StatementName(sql) + " failed",
               "the connection was closed after an earlier statement got no reply in time", false);
   }
-  if (sent == 0) ThrowForResult(conn_.get(), nullptr, StatementName(sql) + " failed", during_commit);
-  std::optional<std::chrono::steady_clock::time_point> deadline;
-  if (bounds_.reply.count() > 0) deadline = std::chrono::steady_clock::now() + bounds_.reply;
-  PGconn* c = conn_.get();
-  const auto wait = [&](short events, PGresult* kept) {
-    const int ready = WaitSocket(events, deadline);
-    if (ready > 0) return;
-    PQclear(kept);
-    if (ready == 0) {
-      Drop(sql, during_commit,
-           "no reply from the server within " + std::to_string(bounds_.reply.count()) +
-               " ms (a pooler holding the query, or a network dropping packets); connection closed");
-    }
-    Drop(sql, during_commit, std::string("poll() failed: ") + std::strerror(-ready) + "; connection closed");
-  };
-  // libpq could not read: if it did not mark the connection bad (an errno it
-  // does not count as a lost connection), PQgetResult would wait with no
-  // deadline; close it here instead.
-  const auto consume = [&](PGresult* kept) {
-    if (PQconsumeInput(c) != 0 || PQstatus(c) == CONNECTION_BAD) return;  // bad: PQgetResult reports it
-    const std::string detail = PQerrorMessage(c);
-    PQclear(kept);
-    Drop(sql, during_commit, detail + "; connection closed");
-  };
-  // What libpq could not write at once (large parameters).
-  for (int left = PQflush(c); left == 1; left = PQflush(c)) {
-    wait(POLLIN | POLLOUT, nullptr);
-    // The server may answer (an error) before it read everything.
-    consume(nullptr);
-    if (PQstatus(c) == CONNECTION_BAD) break;
+  Exchange x{sql, during_commit, std::nullopt};
+  if (bounds_.reply.count() > 0) x.deadline = std::chrono::steady_clock::now() + bounds_.reply;
+  return x;
+}
+
+void Connection::WaitReady(const Exchange& x, short events) {
+  const int ready = WaitSocket(events, x.deadline);
+  if (ready > 0) return;
+  if (ready == 0) {
+    Drop(x.sql, x.during_commit,
+         "no reply from the server within " + std::to_string(bounds_.reply.count()) +
+             " ms (a pooler holding the query, or a network dropping packets); connection closed");
   }
-  PGresult* kept = nullptr;
+  Drop(x.sql, x.during_commit, std::string("poll() failed: ") + std::strerror(-ready) + "; connection closed");
+}
+
+void Connection::Consume(const Exchange& x) {
+  PGconn* c = conn_.get();
+  if (PQconsumeInput(c) != 0 || PQstatus(c) == CONNECTION_BAD) return;  // bad: PQgetResult reports it
+  Drop(x.sql, x.during_commit, std::string(PQerrorMessage(c)) + "; connection closed");
+}
+
+void Connection::FlushSent(const Exchange& x) {
+  for (int left = PQflush(conn_.get()); left == 1; left = PQflush(conn_.get())) {
+    WaitReady(x, POLLIN | POLLOUT);
+    // The server may answer (an error) before it read everything.
+    Consume(x);
+    if (PQstatus(conn_.get()) == CONNECTION_BAD) break;
+  }
+}
+
+Result Connection::NextResult(const Exchange& x) {
+  while (PQisBusy(conn_.get()) != 0 && PQstatus(conn_.get()) != CONNECTION_BAD) {
+    WaitReady(x, POLLIN);
+    Consume(x);
+  }
+  return Result(PQgetResult(conn_.get()));
+}
+
+Result Connection::Await(int sent, std::string_view sql, bool during_commit) {
+  const Exchange x = StartExchange(sql, during_commit);
+  if (sent == 0) ThrowForResult(conn_.get(), nullptr, StatementName(sql) + " failed", during_commit);
+  ++round_trips_;
+  FlushSent(x);
+  Result kept;
   for (;;) {
-    while (PQisBusy(c) != 0 && PQstatus(c) != CONNECTION_BAD) {
-      wait(POLLIN, kept);
-      consume(kept);
-    }
-    PGresult* next = PQgetResult(c);
-    if (next == nullptr) break;
+    Result next = NextResult(x);
+    if (next.raw() == nullptr) break;
     // Of several statements, the last result, unless one failed: then the
     // first error (later ones follow from it), as PQexec does.
-    if (kept != nullptr && PQresultStatus(kept) == PGRES_FATAL_ERROR) {
-      PQclear(next);
-    } else {
-      PQclear(kept);
-      kept = next;
-    }
+    if (kept.raw() == nullptr || PQresultStatus(kept.raw()) != PGRES_FATAL_ERROR) kept = std::move(next);
     // COPY (not used) returns its state on every call; a bad connection ends
     // the results (as in PQexec).
-    const ExecStatusType status = PQresultStatus(kept);
+    const ExecStatusType status = PQresultStatus(kept.raw());
     if (status == PGRES_COPY_IN || status == PGRES_COPY_OUT || status == PGRES_COPY_BOTH ||
-        PQstatus(c) == CONNECTION_BAD) {
+        PQstatus(conn_.get()) == CONNECTION_BAD) {
       break;
     }
   }
-  return check(kept, sql, during_commit);
+  return check(std::move(kept), sql, during_commit);
+}
+
+std::vector<Result> Connection::pipeline(std::span<const PipelinedStatement> statements, bool during_commit) {
+  if (statements.empty()) return {};
+  const Exchange first = StartExchange(statements.front().sql, during_commit);
+  // Whether statements may be prepared is asked before the pipeline starts
+  // (pooled() is a round trip of its own, once per connection).
+  const bool any_prepared = std::any_of(statements.begin(), statements.end(),
+                                        [](const PipelinedStatement& s) { return s.params && s.prepare; });
+  if (any_prepared && prepare_ && pooled()) prepare_ = false;
+  PGconn* c = conn_.get();
+  if (PQenterPipelineMode(c) != 1) ThrowForResult(c, nullptr, "pipeline failed", during_commit);
+  // What each statement sent: a Prepare first (its hash) or not.
+  struct Sent {
+    std::string_view sql;
+    std::optional<std::uint64_t> prepares;
+  };
+  std::vector<Sent> sent;
+  for (const PipelinedStatement& s : statements) {
+    const std::string text(s.sql);
+    int ok = 0;
+    Sent item{s.sql, std::nullopt};
+    if (s.params == nullptr) {
+      ok = PQsendQueryParams(c, text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0);
+    } else {
+      const Params& params = *s.params;
+      if (params.type_oids() != nullptr && params.type_count() != params.size()) {
+        PQexitPipelineMode(c);
+        throw std::invalid_argument("pg::Params: " + std::to_string(params.type_count()) +
+                                    " types declared for " + std::to_string(params.size()) + " values");
+      }
+      std::vector<const char*> values = params.pointers();
+      const std::uint64_t hash = StatementHash(s.sql, params);
+      const bool named = s.prepare && prepare_ && (prepared_.contains(hash) || prepared_.size() < kMaxPrepared);
+      if (!named) {
+        ok = PQsendQueryParams(c, text.c_str(), params.size(), params.type_oids(), values.data(), nullptr,
+                               nullptr, 0);
+      } else {
+        char name[32];
+        std::snprintf(name, sizeof name, "akadzed_%016llx", static_cast<unsigned long long>(hash));
+        ok = 1;
+        if (!prepared_.contains(hash)) {
+          const int types = params.type_oids() != nullptr ? params.type_count() : 0;
+          ok = PQsendPrepare(c, name, text.c_str(), types, params.type_oids());
+          item.prepares = hash;
+        }
+        if (ok != 0) ok = PQsendQueryPrepared(c, name, params.size(), values.data(), nullptr, nullptr, 0);
+      }
+    }
+    if (ok == 0) Drop(s.sql, false, std::string(PQerrorMessage(c)) + "; connection closed");
+    sent.push_back(item);
+  }
+  if (PQpipelineSync(c) == 0) Drop(first.sql, false, std::string(PQerrorMessage(c)) + "; connection closed");
+  ++round_trips_;
+  FlushSent(first);
+  std::vector<Result> out;
+  out.reserve(sent.size());
+  Result error;
+  std::string_view error_sql;
+  // One statement's result: every result up to the null that ends it.
+  auto read_one = [&](const Exchange& x) {
+    Result kept;
+    for (Result next = NextResult(x); next.raw() != nullptr; next = NextResult(x)) {
+      if (kept.raw() == nullptr) kept = std::move(next);
+    }
+    if (PQstatus(conn_.get()) == CONNECTION_BAD) {
+      ThrowForResult(conn_.get(), kept.raw(), StatementName(x.sql) + " failed", during_commit);
+    }
+    return kept;
+  };
+  for (const Sent& item : sent) {
+    const Exchange x{item.sql, during_commit, first.deadline};
+    for (int part = item.prepares ? 0 : 1; part < 2; ++part) {
+      Result r = read_one(x);
+      const ExecStatusType status = r.raw() != nullptr ? PQresultStatus(r.raw()) : PGRES_FATAL_ERROR;
+      const bool failed = status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK &&
+                          status != PGRES_EMPTY_QUERY && status != PGRES_PIPELINE_ABORTED;
+      if (failed && error.raw() == nullptr) {
+        error = std::move(r);
+        error_sql = item.sql;
+      } else if (part == 0 && status == PGRES_COMMAND_OK) {
+        prepared_.insert(*item.prepares);
+      } else if (part == 1) {
+        out.push_back(std::move(r));
+      }
+    }
+  }
+  // The Sync's own result ends the pipeline.
+  Result sync = NextResult(first);
+  if (sync.raw() == nullptr || PQresultStatus(sync.raw()) != PGRES_PIPELINE_SYNC || PQexitPipelineMode(c) != 1) {
+    Drop(first.sql, during_commit, "the pipeline did not end as sent; connection closed");
+  }
+  if (error.raw() != nullptr) {
+    const char* state = PQresultErrorField(error.raw(), PG_DIAG_SQLSTATE);
+    const std::string_view sqlstate = state != nullptr ? state : "";
+    // As in ExecParams: stop preparing on this connection.
+    if (sqlstate == "42P05" || sqlstate == "26000" || sqlstate == "0A000") {
+      prepare_ = false;
+      prepared_.clear();
+    }
+    // Only the COMMIT's own failure leaves its outcome unknown: a statement
+    // before it failed, and the server skipped the COMMIT.
+    check(std::move(error), error_sql, during_commit && error_sql.data() == statements.back().sql.data());
+  }
+  return out;
 }
 
 Result Connection::exec(std::string_view sql) {

@@ -20,9 +20,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <vector>
 
 #include "pg/params.h"
 #include "pg/result.h"
@@ -55,6 +57,15 @@ struct SessionBounds {
   // at most `stall_timeout` and runs for milliseconds; the rest is slack for
   // a loaded server. Without one, nothing is bounded.
   static SessionBounds ForStall(std::chrono::milliseconds stall_timeout);
+};
+
+// One statement of Connection::pipeline(): `params` null runs it without
+// parameters (still one statement: no semicolons). `prepare` as exec() (true)
+// or exec_replanned() (false).
+struct PipelinedStatement {
+  std::string_view sql;
+  const Params* params = nullptr;
+  bool prepare = true;
 };
 
 class Connection {
@@ -91,6 +102,19 @@ class Connection {
   // a prepared statement's generic plan can be far worse (the finisher's
   // batch update took 84 ms instead of 7 ms for ~500 jobs).
   Result exec_replanned(std::string_view sql, const Params& params);
+  // Sends `statements` together (libpq's pipeline mode) and reads their
+  // results in order: one round trip for all of them, within the reply
+  // bound. The server runs them one after another, each with a snapshot of
+  // its own under READ COMMITTED (a statement sees what committed while the
+  // one before it ran, as with separate round trips). Outside a transaction
+  // block they run as one implicit transaction. When one fails the server
+  // skips the rest; throws the first error, as exec() would. `during_commit`:
+  // the statements end with COMMIT, and a lost connection is InDoubtError.
+  std::vector<Result> pipeline(std::span<const PipelinedStatement> statements, bool during_commit = false);
+
+  // Round trips to the server so far: each exec() and pipeline() is one (a
+  // statement's first exec() two: it is prepared first).
+  std::int64_t round_trips() const { return round_trips_; }
 
   // True when the connection goes through a pooler: the server process that
   // answers is not the one the login reported. Asked once (one round trip),
@@ -107,12 +131,30 @@ class Connection {
 
  private:
   explicit Connection(PGconn* conn) : conn_(conn, &PQfinish) {}
-  Result check(PGresult* result, std::string_view sql, bool during_commit);
+  // One exchange with the server: what is awaited, and until when.
+  struct Exchange {
+    std::string_view sql;  // names the statement in errors
+    bool during_commit = false;
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+  };
+  Exchange StartExchange(std::string_view sql, bool during_commit);
+  Result check(Result result, std::string_view sql, bool during_commit);
   // Awaits the reply of a statement PQsend*() just sent (`sent`: its return
   // value), within bounds_.reply: every result, the first error kept as
   // PQexec keeps it; then check(). On a reply not in time, closes the
   // connection and throws.
   Result Await(int sent, std::string_view sql, bool during_commit);
+  // Sends what libpq could not write at once, within the exchange's deadline.
+  void FlushSent(const Exchange& x);
+  // The next result of the exchange (null at the end of a statement's
+  // results), waiting within its deadline.
+  Result NextResult(const Exchange& x);
+  // Waits for `events` on the socket within the exchange's deadline, or
+  // closes the connection and throws.
+  void WaitReady(const Exchange& x, short events);
+  // Reads what arrived; a read error libpq did not count as a lost
+  // connection closes it here (else PQgetResult would wait unbounded).
+  void Consume(const Exchange& x);
   // Waits until the socket is ready for `events` (1), `deadline` passes (0)
   // or poll() fails (-errno). No deadline: waits as long as it takes.
   int WaitSocket(short events, std::optional<std::chrono::steady_clock::time_point> deadline) const;
@@ -128,6 +170,7 @@ class Connection {
   bool check_interval_refused_ = false;  // the server refused client_connection_check_interval
   bool prepare_ = true;         // false once pooled, or once a prepared statement failed
   std::unordered_set<std::uint64_t> prepared_;  // statement hashes prepared here
+  std::int64_t round_trips_ = 0;
 };
 
 }  // namespace akadzed::pg

@@ -1,5 +1,6 @@
 #include "pg/result.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <stdexcept>
@@ -34,6 +35,28 @@ std::int64_t Result::int64(int row, int column) const {
 std::optional<std::int64_t> Result::optional_int64(int row, int column) const {
   if (is_null(row, column)) return std::nullopt;
   return int64(row, column);
+}
+
+std::vector<std::int64_t> Result::int64_array(int row, int column) const {
+  const std::string name = PQfname(result_.get(), column);
+  if (is_null(row, column)) throw std::runtime_error("unexpected NULL in column " + name);
+  std::string_view cell = text(row, column);
+  if (cell.size() < 2 || cell.front() != '{' || cell.back() != '}') {
+    throw std::runtime_error("column " + name + " is not an integer array");
+  }
+  cell = cell.substr(1, cell.size() - 2);
+  std::vector<std::int64_t> out;
+  while (!cell.empty()) {
+    std::int64_t value = 0;
+    auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), value);
+    const std::size_t used = static_cast<std::size_t>(end - cell.data());
+    if (ec != std::errc() || (used < cell.size() && cell[used] != ',') || used + 1 == cell.size()) {
+      throw std::runtime_error("column " + name + " is not an integer array");
+    }
+    out.push_back(value);
+    cell.remove_prefix(std::min(used + 1, cell.size()));
+  }
+  return out;
 }
 
 bool Result::boolean(int row, int column) const {

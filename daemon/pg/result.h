@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace akadzed::pg {
 
@@ -30,6 +31,9 @@ class Result {
   // The cell parsed as an integer. Throws std::runtime_error for NULL or junk.
   std::int64_t int64(int row, int column) const;
   std::optional<std::int64_t> optional_int64(int row, int column) const;
+  // The cell parsed as a one-dimensional int8[] without NULLs ("{1,-2}").
+  // Throws std::runtime_error for NULL or anything else.
+  std::vector<std::int64_t> int64_array(int row, int column) const;
   // The cell parsed as a PostgreSQL boolean ("t"/"f").
   bool boolean(int row, int column) const;
   double float64(int row, int column) const;

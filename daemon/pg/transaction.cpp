@@ -2,33 +2,55 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "pg/pg_error.h"
 
 namespace akadzed::pg {
 
-Transaction::Transaction(Connection& conn, std::string_view begin_sql) : conn_(conn) {
+std::vector<std::string> Transaction::BeginStatements(bool with_check_interval) const {
+  std::vector<std::string> out{begin_sql_};
   const long long ms = conn_.bounds_.stall.count();
-  if (ms <= 0) {
-    conn_.exec(begin_sql);
-    return;
-  }
-  // One round trip, as a bare BEGIN: the bounds ride along (Connection::Open).
-  std::string sql(begin_sql);
-  sql += "; SET LOCAL idle_in_transaction_session_timeout = " + std::to_string(ms) +
-         "; SET LOCAL lock_timeout = " + std::to_string(ms);
+  if (ms <= 0) return out;
+  // SET LOCAL, as settings of this transaction: they hold through a
+  // transaction pooler.
+  auto local = [](const char* name, long long value) {
+    return std::string("set_config('") + name + "', '" + std::to_string(value) + "', true)";
+  };
+  std::string set = "SELECT " + local("idle_in_transaction_session_timeout", ms) + ", " + local("lock_timeout", ms);
   // The server ends a statement that runs toward the client's reply
   // deadline a second before it, with a clean 57014, rather than the client
   // closing the connection on a statement still running.
   if (const long long reply = conn_.bounds_.reply.count(); reply >= 2000) {
-    sql += "; SET LOCAL statement_timeout = " + std::to_string(reply - 1000);
+    set += ", " + local("statement_timeout", reply - 1000);
   }
-  if (!conn_.check_interval_refused_ && PQserverVersion(conn_.raw()) >= 140000) {
-    const std::string with_check =
-        sql + "; SET LOCAL client_connection_check_interval = " + std::to_string(std::min(ms, 1000LL));
+  if (with_check_interval) set += ", " + local("client_connection_check_interval", std::min(ms, 1000LL));
+  out.push_back(std::move(set));
+  return out;
+}
+
+namespace {
+
+std::string Joined(const std::vector<std::string>& statements) {
+  std::string out;
+  for (const std::string& s : statements) out += (out.empty() ? "" : "; ") + s;
+  return out;
+}
+
+}  // namespace
+
+Transaction::Transaction(Connection& conn, std::string_view begin_sql, Begin when)
+    : conn_(conn), begin_sql_(begin_sql) {
+  if (when == Begin::kWithFirstStatement) {
+    begin_pending_ = true;
+    return;
+  }
+  // One round trip, as a bare BEGIN: the bounds ride along.
+  const bool check_interval = !conn_.check_interval_refused_ && PQserverVersion(conn_.raw()) >= 140000;
+  if (check_interval && conn_.bounds_.stall.count() > 0) {
     try {
-      conn_.exec(with_check);
+      conn_.exec(Joined(BeginStatements(true)));
       return;
     } catch (const SqlError& e) {
       // 22023: a server that cannot watch its clients' sockets (not Linux)
@@ -38,7 +60,64 @@ Transaction::Transaction(Connection& conn, std::string_view begin_sql) : conn_(c
       conn_.exec("ROLLBACK");
     }
   }
-  conn_.exec(sql);
+  conn_.exec(Joined(BeginStatements(false)));
+}
+
+std::vector<Result> Transaction::Pipeline(std::span<const PipelinedStatement> statements, bool during_commit) {
+  if (!begin_pending_) return conn_.pipeline(statements, during_commit);
+  begin_pending_ = false;
+  for (;;) {
+    const bool check_interval = conn_.bounds_.stall.count() > 0 && !conn_.check_interval_refused_ &&
+                                PQserverVersion(conn_.raw()) >= 140000;
+    const std::vector<std::string> begin = BeginStatements(check_interval);
+    std::vector<PipelinedStatement> all;
+    for (const std::string& s : begin) all.push_back(PipelinedStatement{s});
+    all.insert(all.end(), statements.begin(), statements.end());
+    try {
+      std::vector<Result> results = conn_.pipeline(all, during_commit);
+      results.erase(results.begin(), results.begin() + static_cast<std::ptrdiff_t>(begin.size()));
+      return results;
+    } catch (const SqlError& e) {
+      // As in the constructor: the setting failed, so nothing after it ran;
+      // begin again without it.
+      if (!check_interval || e.sqlstate() != "22023") throw;
+      conn_.check_interval_refused_ = true;
+      conn_.exec("ROLLBACK");
+    }
+  }
+}
+
+Result Transaction::exec(std::string_view sql) {
+  if (!begin_pending_) return conn_.exec(sql);
+  const PipelinedStatement one{sql};
+  return std::move(Pipeline(std::span(&one, 1), false).front());
+}
+
+Result Transaction::exec(std::string_view sql, const Params& params) {
+  if (!begin_pending_) return conn_.exec(sql, params);
+  const PipelinedStatement one{sql, &params};
+  return std::move(Pipeline(std::span(&one, 1), false).front());
+}
+
+std::vector<Result> Transaction::pipeline(std::span<const PipelinedStatement> statements) {
+  return Pipeline(statements, false);
+}
+
+std::vector<Result> Transaction::end_after(std::span<const PipelinedStatement> statements, bool commit) {
+  if (!open_) throw std::logic_error("pg::Transaction::end_after: the transaction has ended");
+  std::vector<PipelinedStatement> all(statements.begin(), statements.end());
+  all.push_back(PipelinedStatement{commit ? "COMMIT" : "ROLLBACK"});
+  std::vector<Result> results = Pipeline(all, commit);
+  open_ = false;
+  Result end = std::move(results.back());
+  results.pop_back();
+  const char* status = PQcmdStatus(end.raw());
+  if (commit && status != nullptr && std::strcmp(status, "ROLLBACK") == 0) {
+    SqlError error("COMMIT failed: the transaction had been aborted and was rolled back", "25P02");
+    ReportError(error);
+    throw error;
+  }
+  return results;
 }
 
 Transaction::~Transaction() {
@@ -52,6 +131,7 @@ Transaction::~Transaction() {
 
 void Transaction::commit() {
   open_ = false;
+  if (begin_pending_) return;  // nothing was sent: nothing to commit
   Result result = conn_.Await(PQsendQuery(conn_.raw(), "COMMIT"), "COMMIT", /*during_commit=*/true);
   const char* status = PQcmdStatus(result.raw());
   if (status != nullptr && std::strcmp(status, "ROLLBACK") == 0) {
@@ -64,6 +144,7 @@ void Transaction::commit() {
 void Transaction::rollback() {
   if (!open_) return;
   open_ = false;
+  if (begin_pending_) return;  // nothing was sent
   if (conn_.healthy()) conn_.exec("ROLLBACK");
 }
 

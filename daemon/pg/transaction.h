@@ -8,7 +8,10 @@
 // Thread-safety: as the Connection it wraps (one thread at a time).
 #pragma once
 
+#include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "pg/connection.h"
 
@@ -16,22 +19,43 @@ namespace akadzed::pg {
 
 class Transaction {
  public:
+  // When BEGIN (and the session bounds' settings) reach the server.
+  enum class Begin {
+    kNow,                 // in the constructor, a round trip of its own
+    kWithFirstStatement,  // pipelined with the transaction's first statement
+  };
+
   // Starts a transaction. `begin_sql` may carry an isolation level.
-  explicit Transaction(Connection& conn, std::string_view begin_sql = "BEGIN");
+  explicit Transaction(Connection& conn, std::string_view begin_sql = "BEGIN", Begin when = Begin::kNow);
   ~Transaction();
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
 
-  Result exec(std::string_view sql) { return conn_.exec(sql); }
-  Result exec(std::string_view sql, const Params& params) { return conn_.exec(sql, params); }
+  Result exec(std::string_view sql);
+  Result exec(std::string_view sql, const Params& params);
+  // Connection::pipeline() inside the transaction.
+  std::vector<Result> pipeline(std::span<const PipelinedStatement> statements);
 
   void commit();
   // Rolls back now; a no-op once committed or rolled back.
   void rollback();
+  // `statements`, then COMMIT (`commit`) or ROLLBACK, in one round trip;
+  // their results. Throws as pipeline() and commit() do; when a statement
+  // fails, the transaction is still open (the destructor rolls it back).
+  std::vector<Result> end_after(std::span<const PipelinedStatement> statements, bool commit);
   Connection& connection() { return conn_; }
 
  private:
+  // The statements that begin the transaction: BEGIN, then the session
+  // bounds (Connection::Open) as settings local to it.
+  std::vector<std::string> BeginStatements(bool with_check_interval) const;
+  // Runs `statements` after the deferred BEGIN, if any is still to send;
+  // returns their results only.
+  std::vector<Result> Pipeline(std::span<const PipelinedStatement> statements, bool during_commit);
+
   Connection& conn_;
+  std::string begin_sql_;
+  bool begin_pending_ = false;  // Begin::kWithFirstStatement, nothing sent yet
   bool open_ = true;
 };
 

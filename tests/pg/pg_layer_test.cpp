@@ -13,6 +13,7 @@
 #include <future>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -493,6 +494,151 @@ TEST_CASE("pg: Transaction rolls back on destruction and commits on commit()", "
     Transaction tx(conn);
     CHECK(tx.exec("SHOW transaction_isolation").text(0, 0) == "read committed");
   }
+}
+
+TEST_CASE("pg: a pipeline runs its statements in one round trip, each with its own snapshot",
+          "[pg][pipeline][direct]") {
+  const std::string url = test::FreshDatabase(false);
+  Connection conn = Connection::Open(url, "akadzed pipeline test");
+  Connection other = Connection::Open(url);
+  conn.exec("CREATE TABLE t (x int)");
+  conn.exec("INSERT INTO t VALUES (1)");
+
+  SECTION("results in order; prepared statements on first use in the same round trip") {
+    const Params two = Params().add(2);
+    const Params three = Params().add(3);
+    conn.pooled();  // asked once per connection, in a round trip of its own
+    const std::int64_t before = conn.round_trips();
+    const pg::PipelinedStatement batch[] = {{"SELECT $1::int + 1", &two},
+                                            {"SELECT count(*) FROM t"},
+                                            {"SELECT $1::int * 10", &three, false}};
+    std::vector<Result> r = conn.pipeline(batch);
+    CHECK(conn.round_trips() - before == 1);
+    REQUIRE(r.size() == 3);
+    CHECK(r[0].int64(0, 0) == 3);
+    CHECK(r[1].int64(0, 0) == 1);
+    CHECK(r[2].int64(0, 0) == 30);
+    // Prepared: the second time it runs by name.
+    CHECK(conn.pipeline(std::span(batch, 1))[0].int64(0, 0) == 3);
+  }
+
+  SECTION("a failing statement: its error, the rest skipped, the connection usable") {
+    const pg::PipelinedStatement batch[] = {{"INSERT INTO t VALUES (2)"},
+                                            {"SELECT 1 / 0"},
+                                            {"INSERT INTO t VALUES (3)"}};
+    Caught c = Capture([&] { conn.pipeline(batch); });
+    CHECK(c.kind == "SqlError");
+    CHECK(c.sqlstate == "22012");
+    // Outside a transaction block the pipeline is one implicit transaction.
+    CHECK(Count(conn, "t") == 1);
+    CHECK(conn.exec("SELECT 7").int64(0, 0) == 7);
+  }
+
+  SECTION("a statement sees what committed while the one before it ran") {
+    // The first statement waits for a lock `other` holds; `other` inserts
+    // and commits, releasing it; the second statement's snapshot has it.
+    Transaction holder(other);
+    holder.exec("SELECT pg_advisory_xact_lock(42)");
+    holder.exec("INSERT INTO t VALUES (5)");
+    const int pid = conn.backend_pid();
+    auto pipelined = std::async(std::launch::async, [&] {
+      Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED", Transaction::Begin::kWithFirstStatement);
+      const pg::PipelinedStatement batch[] = {{"SELECT pg_advisory_xact_lock(42)"}, {"SELECT count(*) FROM t"}};
+      std::vector<Result> r = tx.pipeline(batch);
+      return r[1].int64(0, 0);
+    });
+    // Commit once the pipeline waits for the lock.
+    Connection monitor = Connection::Open(url);
+    REQUIRE(Eventually([&] { return WaitingForLock(monitor, pid); }));
+    holder.commit();
+    CHECK(pipelined.get() == 2);
+  }
+}
+
+TEST_CASE("pg: a deferred BEGIN rides with the first statement; end_after commits in the same round trip",
+          "[pg][pipeline][tx]") {
+  using std::chrono::milliseconds;
+  const std::string url = test::FreshDatabase(false);
+  Connection conn = Connection::Open(url, "akadzed", SessionBounds{milliseconds(800), milliseconds(5000)});
+  Connection other = Connection::Open(url);
+  conn.exec("CREATE TABLE t (x int)");
+
+  SECTION("BEGIN, the bounds and the first statement: one round trip") {
+    const std::int64_t before = conn.round_trips();
+    Transaction tx(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ", Transaction::Begin::kWithFirstStatement);
+    CHECK(conn.round_trips() == before);  // nothing sent yet
+    CHECK(TxStatus(conn) == PQTRANS_IDLE);
+    CHECK(tx.exec("SHOW transaction_isolation").text(0, 0) == "repeatable read");
+    CHECK(tx.exec("SHOW lock_timeout").text(0, 0) == "800ms");
+    CHECK(tx.exec("SHOW statement_timeout").text(0, 0) == "4s");
+    CHECK(conn.round_trips() - before == 3);
+    tx.exec("INSERT INTO t VALUES ($1)", Params().add(1));
+    const Params two = Params().add(2);
+    const pg::PipelinedStatement last{"INSERT INTO t VALUES ($1)", &two};
+    const std::int64_t at_end = conn.round_trips();
+    tx.end_after(std::span(&last, 1), true);
+    CHECK(conn.round_trips() - at_end == 1);
+    CHECK(TxStatus(conn) == PQTRANS_IDLE);
+    CHECK(Count(other, "t") == 2);
+  }
+
+  SECTION("nothing sent: commit and rollback send nothing") {
+    const std::int64_t before = conn.round_trips();
+    {
+      Transaction tx(conn, "BEGIN", Transaction::Begin::kWithFirstStatement);
+      tx.commit();
+    }
+    { Transaction tx(conn, "BEGIN", Transaction::Begin::kWithFirstStatement); }
+    CHECK(conn.round_trips() == before);
+  }
+
+  SECTION("end_after with ROLLBACK; a failing statement leaves the transaction to the destructor") {
+    {
+      Transaction tx(conn, "BEGIN", Transaction::Begin::kWithFirstStatement);
+      tx.exec("INSERT INTO t VALUES (3)");
+      const pg::PipelinedStatement last{"INSERT INTO t VALUES (4)"};
+      tx.end_after(std::span(&last, 1), false);
+      CHECK(TxStatus(conn) == PQTRANS_IDLE);
+    }
+    {
+      Transaction tx(conn, "BEGIN", Transaction::Begin::kWithFirstStatement);
+      tx.exec("INSERT INTO t VALUES (5)");
+      const pg::PipelinedStatement last{"SELECT 1 / 0"};
+      Caught c = Capture([&] { tx.end_after(std::span(&last, 1), true); });
+      CHECK(c.sqlstate == "22012");
+      CHECK(TxStatus(conn) == PQTRANS_INERROR);
+    }
+    CHECK(TxStatus(conn) == PQTRANS_IDLE);
+    CHECK(Count(other, "t") == 0);
+  }
+}
+
+TEST_CASE("test support: BlackholeProxy::SetDelay adds its delay each way", "[pg][proxy][direct]") {
+  using std::chrono::milliseconds;
+  const std::string url = test::FreshDatabase(false);
+  test::BlackholeProxy proxy(test::BlackholeProxy::ClusterTarget());
+  Connection conn = Connection::Open(url + " " + proxy.conninfo());
+  auto round_trip = [&] {
+    const auto started = std::chrono::steady_clock::now();
+    conn.exec("SELECT 1");
+    return std::chrono::steady_clock::now() - started;
+  };
+  round_trip();
+  proxy.SetDelay(milliseconds(40));
+  round_trip();  // bytes read before the change may still pass at once
+  const auto delayed = round_trip();
+  CHECK(delayed >= milliseconds(80));
+  CHECK(delayed < milliseconds(2000));
+  // A pipeline of three statements still costs one delayed round trip.
+  const pg::PipelinedStatement batch[] = {{"SELECT 1"}, {"SELECT 2"}, {"SELECT 3"}};
+  const auto started = std::chrono::steady_clock::now();
+  CHECK(conn.pipeline(batch).size() == 3);
+  const auto pipelined = std::chrono::steady_clock::now() - started;
+  CHECK(pipelined >= milliseconds(80));
+  CHECK(pipelined < milliseconds(160) + (delayed - milliseconds(80)) * 2);
+  proxy.SetDelay(milliseconds(0));
+  round_trip();
+  CHECK(round_trip() < milliseconds(80));
 }
 
 TEST_CASE("pg: commit of an aborted transaction throws SqlError 25P02", "[pg][tx][errors]") {

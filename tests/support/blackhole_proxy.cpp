@@ -13,9 +13,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <system_error>
 
-#include "support/test_cluster.h"
 
 namespace akadzed::test {
 
@@ -96,6 +96,12 @@ struct BlackholeProxy::Conn {
   std::string s_in;       // read from the server, not yet passed on
   std::string to_server;  // passed on, not yet written
   std::string to_client;
+  // Passed on, waiting for their time (SetDelay), in order.
+  struct Delayed {
+    std::chrono::steady_clock::time_point due;
+    std::string bytes;
+  };
+  std::deque<Delayed> c_delayed, s_delayed;
   bool client_eof = false, client_err = false, client_shut = false;
   bool server_eof = false, server_err = false, server_shut = false;
   std::int64_t forwarded = 0;
@@ -114,11 +120,6 @@ struct BlackholeProxy::Conn {
     if (server >= 0) close(server);
   }
 };
-
-BlackholeProxy::Target BlackholeProxy::ClusterTarget() {
-  return Target::Unix(Cluster().socket_directory().string() + "/.s.PGSQL." +
-                      std::to_string(Cluster().port()));
-}
 
 BlackholeProxy::BlackholeProxy(Target target) : target_(std::move(target)) {
   try {
@@ -277,6 +278,11 @@ bool BlackholeProxy::ScanServer(Conn& c) {
     if (c.body_left == 0) complete();
   }
   return fired;
+}
+
+void BlackholeProxy::SetDelay(std::chrono::microseconds each_way) {
+  delay_us_.store(std::max<std::int64_t>(0, each_way.count()));
+  Wake();
 }
 
 void BlackholeProxy::Heal() {
@@ -440,15 +446,26 @@ bool BlackholeProxy::Pump(Conn& c) {
     }
   }
   if (ScanServer(c)) return true;  // the reply that fired it is held
-  if (c.named && !c.c_in.empty()) {
-    if (!c.server_err) c.to_server += c.c_in;
-    c.c_in.clear();
-  }
-  if (!c.s_in.empty()) {
-    if (!c.client_err) c.to_client += c.s_in;
-    c.s_in.clear();
-    c.scanned = 0;
-  }
+  // Bytes go on at once, or after the delay (SetDelay), in order.
+  const auto now = std::chrono::steady_clock::now();
+  const std::chrono::microseconds delay(delay_us_.load());
+  auto pass = [&](std::string& in, std::deque<Conn::Delayed>& delayed, std::string& out, bool gone) {
+    if (!in.empty() && !gone) {
+      if (delay.count() > 0 || !delayed.empty()) {
+        delayed.push_back(Conn::Delayed{now + delay, std::move(in)});
+      } else {
+        out += in;
+      }
+    }
+    in.clear();
+    while (!delayed.empty() && delayed.front().due <= now) {
+      if (!gone) out += delayed.front().bytes;
+      delayed.pop_front();
+    }
+  };
+  if (c.named) pass(c.c_in, c.c_delayed, c.to_server, c.server_err);
+  if (!c.s_in.empty()) c.scanned = 0;
+  pass(c.s_in, c.s_delayed, c.to_client, c.client_err);
   // The server is connected lazily, when there is something to send: no
   // SYN reaches it while a new connection is cut.
   if (c.server < 0 && !c.server_err && !c.to_server.empty()) {
@@ -468,12 +485,14 @@ bool BlackholeProxy::Pump(Conn& c) {
   if (c.client_err && (c.to_server.empty() || c.server_err || c.server < 0)) return false;
   if (c.server_err && c.to_client.empty()) return false;
   // Half-closes, in order after the bytes.
-  const bool c2s_done = (c.client_eof || c.client_err) && c.c_in.empty() && c.to_server.empty();
+  const bool c2s_done =
+      (c.client_eof || c.client_err) && c.c_in.empty() && c.c_delayed.empty() && c.to_server.empty();
   if (c2s_done && c.server >= 0 && !c.connecting && !c.server_shut) {
     shutdown(c.server, SHUT_WR);
     c.server_shut = true;
   }
-  const bool s2c_done = (c.server < 0 || c.server_eof) && c.s_in.empty() && c.to_client.empty();
+  const bool s2c_done =
+      (c.server < 0 || c.server_eof) && c.s_in.empty() && c.s_delayed.empty() && c.to_client.empty();
   if (c.server_eof && s2c_done && !c.client_shut) {
     shutdown(c.client, SHUT_WR);
     c.client_shut = true;
@@ -489,8 +508,11 @@ void BlackholeProxy::Publish() {
     info.application_name = c->app;
     info.named = c->named;
     info.cut = c->cut;
-    info.held_bytes = static_cast<std::int64_t>(c->c_in.size() + c->s_in.size() +
-                                                c->to_server.size() + c->to_client.size());
+    std::size_t delayed = 0;
+    for (const auto& d : c->c_delayed) delayed += d.bytes.size();
+    for (const auto& d : c->s_delayed) delayed += d.bytes.size();
+    info.held_bytes = static_cast<std::int64_t>(c->c_in.size() + c->s_in.size() + c->to_server.size() +
+                                                c->to_client.size() + delayed);
     info.forwarded_bytes = c->forwarded;
     snap.push_back(std::move(info));
   }
@@ -519,7 +541,23 @@ void BlackholeProxy::Loop() {
       fds.push_back({ce != 0 ? c.client : -1, ce, 0});
       fds.push_back({se != 0 ? c.server : -1, se, 0});
     }
-    if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) break;
+    // Until the next delayed bytes' time, if any (SetDelay): ppoll(), as a
+    // delay is often below poll()'s millisecond.
+    std::optional<std::chrono::steady_clock::time_point> next;
+    for (const auto& cp : conns_) {
+      if (cp->cut) continue;
+      for (const auto* q : {&cp->c_delayed, &cp->s_delayed}) {
+        if (!q->empty() && (!next || q->front().due < *next)) next = q->front().due;
+      }
+    }
+    timespec wait{};
+    if (next) {
+      const auto left = std::max(std::chrono::nanoseconds(0), *next - std::chrono::steady_clock::now());
+      wait.tv_sec = static_cast<time_t>(left.count() / 1000000000);
+      wait.tv_nsec = static_cast<long>(left.count() % 1000000000);
+    }
+    const int polled_n = ppoll(fds.data(), fds.size(), next ? &wait : nullptr, nullptr);
+    if (polled_n < 0 && errno != EINTR) break;
     if (fds[0].revents != 0) {
       char buf[256];
       while (read(wake_[0], buf, sizeof buf) > 0) {

@@ -31,6 +31,12 @@
 // anyway gets 'N' from the proxy itself (the server's "not supported"), and
 // libpq's default "prefer" modes then go on unencrypted.
 //
+// SetDelay(d): every byte is passed on no earlier than `d` after the proxy
+// read it, in each direction, as a network hop adds latency (a round trip
+// then costs 2d more). netem is not available on the machines the benches
+// run on; this is its fixed-delay part, for benches that report figures
+// "with 0.5 ms each way" (bench/claim_bench, bench/claim_load_bench).
+//
 // One background thread, poll() over non-blocking sockets and a wake-up
 // pipe; the destructor stops it and closes every socket (a FIN to both sides
 // of each connection).
@@ -96,6 +102,10 @@ class BlackholeProxy {
   // Also disarms a CutWhen that has not fired.
   void Heal();
 
+  // Delays every byte read from now on by `each_way` in its direction (0:
+  // none, the default). Bytes already delayed keep their time.
+  void SetDelay(std::chrono::microseconds each_way);
+
   // Arms a one-shot cut at a chosen point of a transaction, for cuts "while
   // a claim is in flight": the first time a connection whose
   // application_name contains `on` reaches that point, the proxy cuts as
@@ -155,6 +165,7 @@ class BlackholeProxy {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<std::int64_t> accepted_{0};
+  std::atomic<std::int64_t> delay_us_{0};
   mutable std::mutex mu_;
   bool cut_active_ = false;  // guarded by mu_
   bool cut_all_ = false;     // guarded by mu_
