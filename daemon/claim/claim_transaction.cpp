@@ -42,14 +42,95 @@ std::string LeaseFenceSql(int first) {
          " AND w.heartbeat_at >= clock_timestamp() - " + span + " * interval '1 microsecond'))";
 }
 
-// The claim of ClaimInTransaction. `one_at_a_time`: first wait for the
-// queue's claim lock, so that claims of one queue run one after another.
-ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time) {
+// How a claim ends its transaction.
+enum class ClaimEnd {
+  kCaller,    // the caller ends it (ClaimInTransaction, or hooks before COMMIT)
+  kCommit,    // COMMIT in the claiming statement's round trip
+  kRollback,  // ROLLBACK in the claiming statement's round trip (dry runs)
+};
+
+struct ClaimOutcome {
+  ClaimResult result;
+  bool ended = false;  // the claim ended the transaction (ClaimEnd)
+  // Planned rows another transaction held or took between the read and the
+  // claiming statement, when the claim ended in that statement's round trip
+  // (so it could not plan again, and claimed nothing): the caller claims
+  // again without them.
+  std::vector<std::int64_t> taken_elsewhere;
+};
+
+// The statement that claims, all or nothing: locks the planned rows (FOR
+// UPDATE SKIP LOCKED, those still ready); when it locked every one, marks
+// them running (or failed as Unprocessable), records their starts and
+// purges the start marks of the keys this claim holds; when another
+// transaction holds or took some, changes nothing and names them. One row
+// at least: whether the lease fence held, the ids it could not lock, and a
+// claimed job per row (NULLs when none). Parameters: $1 ids, $2 worker, $3
+// keys whose starts are marked, $4-$5 the fence, $6 queue, $7 excluded ids,
+// $8 locked keys.
+const std::string& ClaimSql() {
+  static const std::string sql =
+      "WITH fence AS (SELECT " + LeaseFenceSql(4) + " AS held),"
+      " plan AS ("
+      "  SELECT id, run_count < 2147483647 AND attempt < 2147483647 AS runnable"
+      "  FROM akadze.jobs WHERE id = ANY($1::int8[]) AND queue = $6 AND id <> ALL($7::int8[]) AND " +
+      std::string(kReadyJobSql) +
+      "  AND (SELECT held FROM fence) FOR UPDATE SKIP LOCKED),"
+      " missing AS (SELECT coalesce(array_agg(u.id), '{}') AS ids FROM unnest($1::int8[]) AS u(id)"
+      "             WHERE NOT EXISTS (SELECT 1 FROM plan WHERE plan.id = u.id)),"
+      " claimed AS ("
+      "  UPDATE akadze.jobs j SET"
+      "    state = CASE WHEN plan.runnable THEN 'running' ELSE 'failed' END,"
+      "    run_count = j.run_count + plan.runnable::int,"
+      "    worker_id = CASE WHEN plan.runnable THEN $2::uuid ELSE j.worker_id END,"
+      // now(), as the start marks: started_at is when the job counts as
+      // started for its key's rate (clock_timestamp() here made the fault
+      // suite's audit see 6-8 starts in windows of 5).
+      "    started_at = CASE WHEN plan.runnable THEN now() ELSE j.started_at END,"
+      "    finished_at = CASE WHEN plan.runnable THEN j.finished_at ELSE now() END,"
+      "    errors = CASE WHEN plan.runnable THEN j.errors ELSE " +
+      AppendErrorSql("j.errors", "'Unprocessable'",
+                     "CASE WHEN j.run_count = 2147483647 THEN 'run_count' ELSE 'attempt' END"
+                     " || ' is at its maximum (2147483647): the job cannot run again'") +
+      " END"
+      "  FROM plan WHERE j.id = plan.id AND (SELECT cardinality(ids) = 0 FROM missing)"
+      "  RETURNING " + JobRowColumns(kJobRowForClaim, "j") + ", plan.runnable),"
+      " marks AS (INSERT INTO akadze.limit_starts (key, started_at)"
+      "           SELECT limit_key, now() FROM claimed"
+      "           WHERE runnable AND limit_key = ANY($3::text[])),"
+      " purge AS (" + PurgeStartsSql("$8::text[]") + ")"
+      " SELECT claimed.*, fence.held, missing.ids FROM fence CROSS JOIN missing LEFT JOIN claimed ON true";
+  return sql;
+}
+
+// The claim. `one_at_a_time`: first wait for the queue's claim lock, so that
+// claims of one queue run one after another.
+//
+// Round trips of a claim that settles in one window (no aging): BEGIN, the
+// head and the first window with its keys' counts; the key locks and their
+// recount; the claiming statement with COMMIT (`end`). Each further window
+// adds its read and its keys' locks; aging adds the levels' read.
+ClaimOutcome Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end) {
   ValidateClaimRequest(request);
   const auto started = std::chrono::steady_clock::now();
-  auto finish = [&](ClaimResult& r) { r.elapsed_ms = MillisecondsSince(started); };
-  ClaimResult result;
+  const std::int64_t round_trips_before = tx.connection().round_trips();
+  ClaimOutcome outcome;
+  ClaimResult& result = outcome.result;
   result.worker_id = request.worker_id.empty() ? RandomUuid() : request.worker_id;
+  // Ends the transaction when the claim owns its end and has not ended it.
+  auto finish = [&] {
+    if (end != ClaimEnd::kCaller && !outcome.ended) {
+      if (end == ClaimEnd::kCommit) {
+        tx.commit();
+      } else {
+        tx.rollback();
+      }
+      outcome.ended = true;
+    }
+    result.elapsed_ms = MillisecondsSince(started);
+    result.round_trips = static_cast<int>(tx.connection().round_trips() - round_trips_before);
+    return std::move(outcome);
+  };
 
   // RunClaim's claims of one queue run one at a time: each waits here, before
   // it reads anything, for the queue's claim lock (a transaction-level
@@ -69,190 +150,202 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
   // statement that runs in one. The planner's estimate of queued rows
   // (jobs_claim_idx's entries) comes along: it tells whether reading around
   // skipped groups can pay off.
-  pg::Result head = tx.exec(
+  const pg::Params head_params =
+      pg::Params().add(request.queue).add(one_at_a_time).add(request.lease_span_us).add(result.worker_id);
+  const std::string head_sql =
       "SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true),"
       " CASE WHEN $2 THEN pg_advisory_xact_lock(hashtextextended('akadze.claim_queue:' || $1, 0)) END,"
       " EXISTS (SELECT 1 FROM akadze.queue_pauses WHERE queue = $1),"
       " (SELECT reltuples::float8 FROM pg_class WHERE oid = 'akadze.jobs_claim_idx'::regclass),"
-      " " + LeaseFenceSql(3),
-      pg::Params().add(request.queue).add(one_at_a_time).add(request.lease_span_us).add(result.worker_id));
-  if (!head.boolean(0, 5)) {
-    result.fenced = true;
-    finish(result);
-    return result;
-  }
-  if (head.boolean(0, 3)) {
-    result.paused = true;
-    finish(result);
-    return result;
-  }
+      " " + LeaseFenceSql(3);
 
   const ReadContext ctx = MakeReadContext(request.queue, request.aging_us);
-  // Without aging the queue is one stream; with aging each priority level is
-  // a stream of its own (within a level, effective priority never increases).
-  std::vector<ReadyRow> heads;  // with aging: each level's first row
   ClaimPlannerOptions options;
   options.mode = request.mode;
   options.slots = request.slots;
   if (request.aging_us) {
-    heads = FindLevels(tx, ctx);
-    if (heads.empty()) {
-      finish(result);
-      return result;
-    }
-    options.stream_count = static_cast<int>(heads.size());
     // A level is read only when the plan needs it, usually for a few rows:
     // its first window is `slots` rows, doubling from there.
     options.first_window = request.slots;
   }
-  result.streams = options.stream_count;
-  ClaimPlanner planner(options);
   std::unordered_map<std::string, KeyInfo> keys;
-  std::unordered_set<std::int64_t> locked_rows;
-  bool holds_lock = false;
-
-  // With aging, each level's first row tells the planner where the level
-  // starts in claim order: levels that cannot reach the plan are never read.
+  std::vector<std::string> known_keys;  // keys' names, for the window reads' counts
+  UnlockedCounts unlocked;
+  unlocked.known = &known_keys;
+  // The first read goes with BEGIN and the head, in one round trip: the
+  // levels with aging, else the first window. Its rows are unused when the
+  // queue is paused or the fence holds.
+  std::optional<ClaimPlanner> planner;
+  std::optional<WindowReader> window_reader;
+  std::vector<ReadyRow> heads;  // with aging: each level's first row
+  pg::Result head;
   std::vector<WindowRead> reads;
+  std::optional<WindowReader::Window> first_window;
   if (request.aging_us) {
-    for (std::size_t s = 0; s < heads.size(); ++s) planner.SetStreamStart(static_cast<int>(s), heads[s]);
+    const pg::Statement levels = FindLevelsStatement(ctx);
+    const pg::PipelinedStatement first[] = {{head_sql, &head_params}, {levels.sql, &levels.params()}};
+    std::vector<pg::Result> got = tx.pipeline(first);
+    head = std::move(got[0]);
+    heads = LevelsFrom(got[1]);
   } else {
-    reads = planner.FirstReads();
+    planner.emplace(options);
+    reads = planner->FirstReads();
+    // No aging: one stream, and its first read has no frontier.
+    window_reader.emplace(tx, ctx, -1.0);
+    const pg::Statement window = window_reader->FirstStatement(reads.front(), unlocked);
+    const pg::PipelinedStatement first[] = {{head_sql, &head_params}, {window.sql, &window.params()}};
+    std::vector<pg::Result> got = tx.pipeline(first);
+    head = std::move(got[0]);
+    window_reader.emplace(tx, ctx, head.is_null(0, 4) ? -1.0 : head.float64(0, 4));
+    first_window = window_reader->ReadFirst(reads.front(), got[1], unlocked);
   }
+  if (!head.boolean(0, 5)) {
+    result.fenced = true;
+    return finish();
+  }
+  if (head.boolean(0, 3)) {
+    result.paused = true;
+    return finish();
+  }
+  if (request.aging_us) {
+    if (heads.empty()) return finish();
+    // Without aging the queue is one stream; with aging each priority level
+    // is a stream of its own (within a level, effective priority never
+    // increases).
+    options.stream_count = static_cast<int>(heads.size());
+    planner.emplace(options);
+    // Each level's first row tells the planner where the level starts in
+    // claim order: levels that cannot reach the plan are never read.
+    for (std::size_t s = 0; s < heads.size(); ++s) planner->SetStreamStart(static_cast<int>(s), heads[s]);
+  }
+  result.streams = options.stream_count;
+  std::vector<std::string> locked_keys;
+  bool may_wait = true;
   std::vector<CatchUpRead> catch_ups;
-  WindowReader window_reader(tx, ctx, head.is_null(0, 4) ? -1.0 : head.float64(0, 4));
   PlanStep step;
   for (;;) {
     for (const CatchUpRead& c : catch_ups) {
       std::vector<ReadyRow> rows = ReadCatchUp(tx, ctx, c);
       result.rows_read += static_cast<std::int64_t>(rows.size());
-      planner.AddCatchUp(c, rows);
+      planner->AddCatchUp(c, rows);
     }
     if (!reads.empty()) {
       std::vector<WindowReader::Window> windows;
-      if (request.aging_us) {
-        for (std::vector<ReadyRow>& rows : ReadLevelWindows(tx, ctx, heads, reads)) {
+      if (first_window) {
+        windows.push_back(std::move(*first_window));
+        first_window.reset();
+      } else if (request.aging_us) {
+        for (std::vector<ReadyRow>& rows : ReadLevelWindows(tx, ctx, heads, reads, unlocked)) {
           windows.push_back(WindowReader::Window{std::move(rows), false, false});
         }
         for (std::size_t i = 0; i < reads.size(); ++i) {
           windows[i].exhausted = static_cast<std::int64_t>(windows[i].rows.size()) < reads[i].limit;
         }
       } else {
-        for (const WindowRead& w : reads) windows.push_back(window_reader.Read(w));
+        for (const WindowRead& w : reads) windows.push_back(window_reader->Read(w, unlocked));
       }
       for (std::size_t i = 0; i < reads.size(); ++i) {
         ++result.windows;
         if (windows[i].keyed) ++result.keyed_windows;
         result.rows_read += static_cast<std::int64_t>(windows[i].rows.size());
-        planner.AddWindow(reads[i], windows[i].rows, windows[i].exhausted);
+        planner->AddWindow(reads[i], windows[i].rows, windows[i].exhausted);
       }
     }
+    // Rows this claim must not take are passed over as if another claim had
+    // locked them, before they are planned.
+    if (!request.exclude_ids.empty()) planner->RemoveRows(request.exclude_ids);
     // Keys the keyed read enumerated: those held or at their limit in a
     // count without locks get n = 0 now, as they would when their rows are
     // seen, so the next window skips them before reading any of their rows.
-    if (std::vector<std::string> enumerated = window_reader.TakeEnumeratedKeys(); !enumerated.empty()) {
-      std::erase_if(enumerated, [&](const std::string& k) { return keys.contains(k); });
-      for (auto& [key, info] : CountKeys(tx, enumerated, /*purge=*/false)) {
-        if (info.allowed > 0) continue;
-        keys[key] = KeyInfo{0, false};
-        planner.SetKeyAllowed(key, 0);
+    if (window_reader) {
+      if (std::vector<std::string> enumerated = window_reader->TakeEnumeratedKeys(); !enumerated.empty()) {
+        std::erase_if(enumerated, [&](const std::string& k) { return keys.contains(k); });
+        for (auto& [key, info] : CountKeys(tx, enumerated)) {
+          if (info.allowed > 0) continue;
+          keys[key] = KeyInfo{0, false};
+          known_keys.push_back(key);
+          planner->SetKeyAllowed(key, 0);
+        }
       }
     }
-    std::vector<std::string> fresh = planner.KeysNeedingState();
-    if (!fresh.empty()) {
-      bool may_wait = !holds_lock;
-      auto info = LockAndCountKeys(tx, fresh, &may_wait, &result.keys_locked_elsewhere);
-      if (!may_wait) holds_lock = true;
+    // Keys first seen: those a count without locks found held or at their
+    // limit are skipped unlocked; the others are locked and counted again.
+    if (std::vector<std::string> fresh = planner->KeysNeedingState(); !fresh.empty()) {
+      std::vector<std::string> to_lock;
       for (const std::string& key : fresh) {
-        auto it = info.find(key);
-        KeyInfo ki = it == info.end() ? KeyInfo{} : it->second;
-        keys[key] = ki;
-        planner.SetKeyAllowed(key, ki.allowed);
+        auto it = unlocked.counts.find(key);
+        if (it != unlocked.counts.end() && it->second.allowed <= 0) {
+          keys[key] = KeyInfo{0, false};
+          known_keys.push_back(key);
+          planner->SetKeyAllowed(key, 0);
+        } else {
+          to_lock.push_back(key);
+        }
+      }
+      auto info = LockAndCountKeys(tx, to_lock, &may_wait, &result.keys_locked_elsewhere, &locked_keys);
+      for (const std::string& key : to_lock) {
+        keys[key] = info[key];
+        known_keys.push_back(key);
+        planner->SetKeyAllowed(key, info[key].allowed);
       }
     }
-    step = planner.Plan();
+    step = planner->Plan();
     if (!step.settled) {
       reads = std::move(step.reads);
       catch_ups = std::move(step.catch_ups);
       continue;
     }
-    std::vector<std::int64_t> to_lock;
-    for (std::int64_t id : step.plan) {
-      if (!locked_rows.contains(id)) to_lock.push_back(id);
-    }
-    if (to_lock.empty()) break;
+    if (step.plan.empty()) break;
     ++result.lock_rounds;
-    pg::Result got = tx.exec(std::string("SELECT id FROM akadze.jobs WHERE id = ANY($1::int8[])"
-                                         " AND queue = $2 AND id <> ALL($3::int8[]) AND ") +
-                                 kReadyJobSql + " FOR UPDATE SKIP LOCKED",
-                             pg::Params().add_array(to_lock).add(request.queue).add_array(request.exclude_ids));
-    holds_lock = true;
-    for (int i = 0; i < got.rows(); ++i) locked_rows.insert(got.int64(i, 0));
-    std::vector<std::int64_t> missing;
-    for (std::int64_t id : to_lock) {
-      if (!locked_rows.contains(id)) missing.push_back(id);
+    // The keys whose claimed jobs each leave a start mark.
+    std::vector<std::string> start_marks;
+    for (std::int64_t id : step.plan) {
+      const ReadyRow* row = planner->Find(id);
+      if (row->limit_key && keys[*row->limit_key].records_starts &&
+          std::find(start_marks.begin(), start_marks.end(), *row->limit_key) == start_marks.end()) {
+        start_marks.push_back(*row->limit_key);
+      }
     }
-    if (missing.empty()) break;
-    planner.RemoveRows(missing);
-    reads.clear();
-    catch_ups.clear();
-  }
-  // Every row we locked must still be planned (removal never evicts a planned
-  // row); anything else is a planner bug, and the claim must not commit.
-  if (locked_rows.size() != step.plan.size()) {
-    throw std::logic_error("claim planner lost a locked row; claim rolled back");
-  }
-
-  // The keys whose claimed jobs each leave a start mark.
-  std::vector<std::string> start_marks;
-  for (std::int64_t id : step.plan) {
-    const ReadyRow* row = planner.Find(id);
-    if (row->limit_key && keys[*row->limit_key].records_starts &&
-        std::find(start_marks.begin(), start_marks.end(), *row->limit_key) == start_marks.end()) {
-      start_marks.push_back(*row->limit_key);
-    }
-  }
-
-  if (!step.plan.empty()) {
     // A planned row whose run_count or attempt is at int4's maximum cannot
     // run: its fencing token (run_count + 1) or its attempt number cannot be
     // written. It is failed here as Unprocessable, its counters untouched,
     // instead of failing the statement for the rows beside it (which wedged
     // the queue). It counts no start and holds no slot.
-    pg::Params params;
-    params.add_array(step.plan).add(result.worker_id).add_array(start_marks);
     // The fence again, as this statement runs: the lease may have run out
     // since the head (a cut between the two), and nothing is claimed then.
+    pg::Params params;
+    params.add_array(step.plan).add(result.worker_id).add_array(start_marks);
     params.add(request.lease_span_us).add(result.worker_id);
-    pg::Result claimed = tx.exec(
-        "WITH plan AS ("
-        "  SELECT id, run_count < 2147483647 AND attempt < 2147483647 AS runnable"
-        "  FROM akadze.jobs WHERE id = ANY($1::int8[])),"
-        " claimed AS ("
-        "  UPDATE akadze.jobs j SET"
-        "    state = CASE WHEN plan.runnable THEN 'running' ELSE 'failed' END,"
-        "    run_count = j.run_count + plan.runnable::int,"
-        "    worker_id = CASE WHEN plan.runnable THEN $2::uuid ELSE j.worker_id END,"
-        // now(), as the start marks: started_at is when the job counts as
-        // started for its key's rate (clock_timestamp() here made the fault
-        // suite's audit see 6-8 starts in windows of 5).
-        "    started_at = CASE WHEN plan.runnable THEN now() ELSE j.started_at END,"
-        "    finished_at = CASE WHEN plan.runnable THEN j.finished_at ELSE now() END,"
-        "    errors = CASE WHEN plan.runnable THEN j.errors ELSE " +
-            AppendErrorSql("j.errors", "'Unprocessable'",
-                           "CASE WHEN j.run_count = 2147483647 THEN 'run_count' ELSE 'attempt' END"
-                           " || ' is at its maximum (2147483647): the job cannot run again'") +
-            " END"
-        "  FROM plan WHERE j.id = plan.id AND " + LeaseFenceSql(4) +
-        "  RETURNING " + JobRowColumns(kJobRowForClaim, "j") + ", plan.runnable),"
-        " marks AS (INSERT INTO akadze.limit_starts (key, started_at)"
-        "           SELECT limit_key, now() FROM claimed"
-        "           WHERE runnable AND limit_key = ANY($3::text[]))"
-        " SELECT * FROM claimed",
-        params);
-    std::unordered_map<std::int64_t, ClaimedJob> by_id;
+    params.add(request.queue).add_array(request.exclude_ids).add_array(locked_keys);
+    const pg::PipelinedStatement claim_statement{ClaimSql(), &params};
+    pg::Result claimed;
+    if (end == ClaimEnd::kCaller) {
+      claimed = std::move(tx.pipeline(std::span(&claim_statement, 1)).front());
+    } else {
+      claimed = std::move(tx.end_after(std::span(&claim_statement, 1), end == ClaimEnd::kCommit).front());
+      outcome.ended = true;
+    }
     const int runnable_column = JobRowColumnCount(kJobRowForClaim);
+    if (!claimed.boolean(0, runnable_column + 1)) {
+      // Only the fence leaves every planned row unchanged.
+      result.fenced = true;
+      break;
+    }
+    if (std::vector<std::int64_t> missing = claimed.int64_array(0, runnable_column + 2); !missing.empty()) {
+      // Another transaction holds or took planned rows: nothing was claimed.
+      if (outcome.ended) {
+        outcome.taken_elsewhere = std::move(missing);
+        break;
+      }
+      // Plan again without them.
+      planner->RemoveRows(missing);
+      reads.clear();
+      catch_ups.clear();
+      continue;
+    }
+    std::unordered_map<std::int64_t, ClaimedJob> by_id;
     for (int i = 0; i < claimed.rows(); ++i) {
+      if (claimed.is_null(i, 0)) continue;  // the fence's row alone
       JobRow row = ReadJobRow(claimed, i, kJobRowForClaim);
       ClaimedJob job;
       job.id = row.id;
@@ -268,45 +361,84 @@ ClaimResult Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_
       job.max_attempts = row.max_attempts;
       job.run_count = row.run_count;
       job.args_json = std::move(row.args_json);
-      job.effective_priority = planner.Find(job.id)->effective;
+      job.effective_priority = planner->Find(job.id)->effective;
       by_id.emplace(job.id, std::move(job));
+    }
+    // Every planned row is claimed or failed; anything else is a planner
+    // bug, and the claim must not commit.
+    if (by_id.size() + result.unprocessable.size() != step.plan.size()) {
+      throw std::logic_error("claim planner lost a planned row; claim rolled back");
     }
     for (std::int64_t id : step.plan) {
       if (auto it = by_id.find(id); it != by_id.end()) result.jobs.push_back(std::move(it->second));
     }
-    // Every planned row is locked: only the fence leaves them all unchanged.
-    result.fenced = claimed.rows() == 0;
+    break;
   }
-  finish(result);
-  return result;
+  return finish();
 }
 
 }  // namespace
 
 ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request) {
-  return Claim(tx, request, /*one_at_a_time=*/false);
+  return Claim(tx, request, /*one_at_a_time=*/false, ClaimEnd::kCaller).result;
 }
 
 ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   ValidateClaimRequest(request);  // before BEGIN: a bad request costs no round trip
   const auto started = std::chrono::steady_clock::now();
-  // The lock-then-recount rule needs each statement to see what claims that
-  // held a key's lock before committed: READ COMMITTED, whatever the
-  // role's or database's default isolation level is.
-  pg::Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED");
-  ClaimResult result = Claim(tx, request, /*one_at_a_time=*/true);
-  if (request.before_commit && !request.dry_run && (!result.jobs.empty() || !result.unprocessable.empty())) {
-    std::vector<std::int64_t> ids;
-    for (const ClaimedJob& job : result.jobs) ids.push_back(job.id);
-    for (const ClaimedJob& job : result.unprocessable) ids.push_back(job.id);
-    request.before_commit(conn, ids);
+  const std::int64_t round_trips_before = conn.round_trips();
+  // Without hooks to run before COMMIT, the claim commits (or a dry run
+  // rolls back) in its claiming statement's round trip.
+  const bool hooks = request.before_commit && !request.dry_run;
+  ClaimRequest again = request;
+  ClaimResult result;
+  int windows = 0, keyed_windows = 0, lock_rounds = 0, keys_locked_elsewhere = 0;
+  std::int64_t rows_read = 0;
+  // A claim that ended its transaction and found planned rows held or taken
+  // by another transaction (an application's lock, an admin command) claimed
+  // nothing: it runs again without those rows, as the claim would have
+  // planned again in its transaction. The last try plans again in its
+  // transaction and commits after, so a claim always makes progress.
+  constexpr int kTries = 4;
+  for (int attempt = 1;; ++attempt) {
+    const ClaimEnd end = hooks || attempt == kTries ? ClaimEnd::kCaller
+                         : request.dry_run          ? ClaimEnd::kRollback
+                                                    : ClaimEnd::kCommit;
+    // The lock-then-recount rule needs each statement to see what claims
+    // that held a key's lock before committed: READ COMMITTED, whatever the
+    // role's or database's default isolation level is.
+    pg::Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED", pg::Transaction::Begin::kWithFirstStatement);
+    ClaimOutcome outcome = Claim(tx, again, /*one_at_a_time=*/true, end);
+    result = std::move(outcome.result);
+    windows += result.windows;
+    keyed_windows += result.keyed_windows;
+    rows_read += result.rows_read;
+    lock_rounds += result.lock_rounds;
+    keys_locked_elsewhere += result.keys_locked_elsewhere;
+    if (!outcome.ended) {
+      if (hooks && (!result.jobs.empty() || !result.unprocessable.empty())) {
+        std::vector<std::int64_t> ids;
+        for (const ClaimedJob& job : result.jobs) ids.push_back(job.id);
+        for (const ClaimedJob& job : result.unprocessable) ids.push_back(job.id);
+        request.before_commit(conn, ids);
+      }
+      if (request.dry_run) {
+        tx.rollback();
+      } else {
+        tx.commit();
+      }
+    }
+    if (outcome.taken_elsewhere.empty()) break;
+    again.exclude_ids.insert(again.exclude_ids.end(), outcome.taken_elsewhere.begin(),
+                             outcome.taken_elsewhere.end());
   }
-  if (request.dry_run) {
-    tx.rollback();
-  } else {
-    tx.commit();
-  }
+  result.windows = windows;
+  result.keyed_windows = keyed_windows;
+  result.rows_read = rows_read;
+  result.lock_rounds = lock_rounds;
+  result.keys_locked_elsewhere = keys_locked_elsewhere;
   result.elapsed_ms = MillisecondsSince(started);  // the whole transaction, COMMIT included
+  result.round_trips = static_cast<int>(conn.round_trips() - round_trips_before);
   return result;
 }
 

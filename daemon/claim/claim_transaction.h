@@ -79,12 +79,15 @@ struct ClaimResult {
   int keyed_windows = 0;         // of those, read around skipped groups (keyed_window.h)
   int streams = 1;               // 1, or the priority levels read with aging
   std::int64_t rows_read = 0;    // rows those reads (and catch-ups) returned
-  int lock_rounds = 0;           // FOR UPDATE SKIP LOCKED rounds
+  int lock_rounds = 0;           // claiming statements (FOR UPDATE SKIP LOCKED rounds)
   int keys_locked_elsewhere = 0; // keys skipped because another claim held them
   bool paused = false;           // the queue is paused: nothing claimed
   bool fenced = false;           // the lease fence held: nothing claimed (ClaimRequest::lease_span_us)
   std::string worker_id;
   double elapsed_ms = 0;
+  // Round trips to the server from BEGIN to COMMIT (docs/claim.md, "Round
+  // trips"); RunClaim's are all of them, COMMIT included.
+  int round_trips = 0;
 };
 
 // Claims up to request.slots ready jobs of request.queue in its own

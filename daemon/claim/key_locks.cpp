@@ -1,5 +1,7 @@
 #include "claim/key_locks.h"
 
+#include <unordered_set>
+
 #include "claim/key_limits.h"
 
 namespace akadzed {
@@ -11,18 +13,38 @@ constexpr const char* kKeyLock = "hashtextextended('akadze.limit_key:' || k, 0)"
 
 }  // namespace
 
-// Reads each key's applicable limits and counts its running jobs and starts.
-// With `purge`, also deletes start marks older than the key's window (only
-// under the key's lock).
-std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx,
-                                                   const std::vector<std::string>& keys,
-                                                   bool purge) {
-  static const std::string kWith =
-      "WITH k AS ("
-      "  SELECT u.key, l.key IS NOT NULL AS has_row, l.max_running, l.max_starts, l.starts_window"
-      "  FROM unnest($1::text[]) AS u(key)"
-      "  LEFT JOIN LATERAL (SELECT * FROM akadze.limits l WHERE l.key IN (u.key, '*')"
-      "                     ORDER BY l.key = '*' LIMIT 1) l ON true)";
+// The applicable limits row of each key of `keys_sql` (u.key), or NULLs.
+std::string ApplicableLimitsSql(const std::string& keys_sql) {
+  return "SELECT u.key, l.key IS NOT NULL AS has_row, l.max_running, l.max_starts, l.starts_window"
+         " FROM (" + keys_sql + ") AS u(key)"
+         " LEFT JOIN LATERAL (SELECT * FROM akadze.limits l WHERE l.key IN (u.key, '*')"
+         "                    ORDER BY l.key = '*' LIMIT 1) l ON true";
+}
+
+std::string KeyCountsSql(const std::string& keys_sql) {
+  return "SELECT k.key, k.has_row, k.max_running, k.max_starts,"
+         "  CASE WHEN k.max_running IS NOT NULL THEN (SELECT count(*) FROM akadze.jobs j"
+         "       WHERE j.state = 'running' AND j.limit_key = k.key) ELSE 0 END AS running,"
+         // A claim whose transaction is over a minute old counts every capped
+         // key as full (see PurgeStartsSql).
+         "  CASE WHEN k.max_starts IS NULL THEN 0"
+         "       WHEN clock_timestamp() - now() >= interval '1 minute' THEN k.max_starts"
+         "       ELSE (SELECT count(*) FROM akadze.limit_starts s"
+         "       WHERE s.key = k.key AND s.started_at > now() - k.starts_window"
+         "         AND s.started_at <= now() + k.starts_window + interval '1 minute') END AS starts"
+         " FROM (" + ApplicableLimitsSql(keys_sql) + ") k";
+}
+
+KeyInfo KeyInfoAt(const pg::Result& r, int row, int first) {
+  ApplicableLimits limits;
+  limits.exists = r.boolean(row, first + 1);
+  limits.max_running = r.optional_int64(row, first + 2);
+  limits.max_starts = r.optional_int64(row, first + 3);
+  KeyCounts counts{r.int64(row, first + 4), r.int64(row, first + 5)};
+  return KeyInfo{StartsAllowed(limits, counts), limits.exists && limits.max_starts.has_value()};
+}
+
+std::string PurgeStartsSql(const std::string& keys_param) {
   // A mark is purged only a minute after it left its window. A claim counts
   // marks younger than ITS now() - window, and a claim that began earlier
   // may take a key's lock after one that began later and purged (found by
@@ -37,78 +59,70 @@ std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx,
   // old or it counts the key as full): an application wrote it, e.g. at
   // 'infinity', where it would count as a start for ever. It is not counted,
   // and purged like an old one.
-  static const std::string kPurge =
-      ", purge AS ("
-      "  DELETE FROM akadze.limit_starts s USING k"
-      "  WHERE s.key = k.key AND (k.starts_window IS NULL"
-      "    OR s.started_at <= now() - k.starts_window - interval '1 minute'"
-      "    OR s.started_at > now() + k.starts_window + interval '1 minute'))";
-  static const std::string kSelect =
-      " SELECT k.key, k.has_row, k.max_running, k.max_starts,"
-      "  CASE WHEN k.max_running IS NOT NULL THEN (SELECT count(*) FROM akadze.jobs j"
-      "       WHERE j.state = 'running' AND j.limit_key = k.key) ELSE 0 END,"
-      "  CASE WHEN k.max_starts IS NULL THEN 0"
-      "       WHEN clock_timestamp() - now() >= interval '1 minute' THEN k.max_starts"
-      "       ELSE (SELECT count(*) FROM akadze.limit_starts s"
-      "       WHERE s.key = k.key AND s.started_at > now() - k.starts_window"
-      "         AND s.started_at <= now() + k.starts_window + interval '1 minute') END"
-      " FROM k";
-  pg::Result r = tx.exec(kWith + (purge ? kPurge : "") + kSelect, pg::Params().add_array(keys));
+  return "DELETE FROM akadze.limit_starts s"
+         " USING (" + ApplicableLimitsSql("SELECT unnest(" + keys_param + ")") + ") k"
+         " WHERE s.key = k.key AND (k.starts_window IS NULL"
+         "   OR s.started_at <= now() - k.starts_window - interval '1 minute'"
+         "   OR s.started_at > now() + k.starts_window + interval '1 minute')";
+}
+
+std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx, const std::vector<std::string>& keys) {
+  pg::Result r = tx.exec(KeyCountsSql("SELECT unnest($1::text[])"), pg::Params().add_array(keys));
   std::unordered_map<std::string, KeyInfo> info;
-  for (int i = 0; i < r.rows(); ++i) {
-    ApplicableLimits limits;
-    limits.exists = r.boolean(i, 1);
-    limits.max_running = r.optional_int64(i, 2);
-    limits.max_starts = r.optional_int64(i, 3);
-    KeyCounts counts{r.int64(i, 4), r.int64(i, 5)};
-    info[std::string(r.text(i, 0))] =
-        KeyInfo{StartsAllowed(limits, counts), limits.exists && limits.max_starts.has_value()};
-  }
+  for (int i = 0; i < r.rows(); ++i) info[std::string(r.text(i, 0))] = KeyInfoAt(r, i, 0);
   return info;
 }
 
-// Decides how many jobs each of `keys` may start in this claim.
-//
-// First a count without locks: a key that is held or at its limit there is
-// skipped without being locked (a job finishing meanwhile is simply seen by a
-// later claim, as if it had finished after this one). Keys that look free are
-// locked, the first may wait when `may_wait`, the rest are try-locks, and
-// counted again with a new statement, whose snapshot includes every claim
-// that held a key's lock before us: no two claims see the same free slot. A
-// key another claim holds gets allowed = 0.
+// Locks `keys` and counts them again, in one round trip: the first lock
+// may wait when `may_wait`, the rest are try-locks, and the count is a
+// statement of its own after them, so its snapshot is taken after the locks
+// were granted and includes every claim that held a key's lock before us:
+// no two claims see the same free slot. The count covers every key; only
+// those locked are believed. A key another claim holds gets allowed = 0.
 std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
                                                           const std::vector<std::string>& keys,
-                                                          bool* may_wait, int* locked_elsewhere) {
-  std::unordered_map<std::string, KeyInfo> info = CountKeys(tx, keys, /*purge=*/false);
-  std::vector<std::string> candidates;
-  for (const std::string& key : keys) {
-    if (info[key].allowed > 0) candidates.push_back(key);
-  }
-  std::vector<std::string> locked;
-  if (*may_wait && !candidates.empty()) {
-    tx.exec(std::string("SELECT pg_advisory_xact_lock(") + kKeyLock + ") FROM (SELECT $1::text AS k) x",
-            pg::Params().add(candidates.front()));
+                                                          bool* may_wait, int* locked_elsewhere,
+                                                          std::vector<std::string>* locked) {
+  std::unordered_map<std::string, KeyInfo> info;
+  if (keys.empty()) return info;
+  static const std::string kWait =
+      std::string("SELECT pg_advisory_xact_lock(") + kKeyLock + ") FROM (SELECT $1::text AS k) x";
+  static const std::string kTry = std::string("SELECT k, pg_try_advisory_xact_lock(") + kKeyLock +
+                                  ") FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n";
+  static const std::string kCount = KeyCountsSql("SELECT unnest($1::text[])");
+  const bool wait = *may_wait;
+  std::vector<std::string> tried(keys.begin() + (wait ? 1 : 0), keys.end());
+  pg::Params first = pg::Params().add(keys.front());
+  pg::Params rest = pg::Params().add_array(tried);
+  pg::Params all = pg::Params().add_array(keys);
+  std::vector<pg::PipelinedStatement> statements;
+  if (wait) statements.push_back({kWait, &first});
+  if (!tried.empty()) statements.push_back({kTry, &rest});
+  statements.push_back({kCount, &all});
+  std::vector<pg::Result> results = tx.pipeline(statements);
+  if (wait) {
     *may_wait = false;
-    locked.push_back(candidates.front());
-    candidates.erase(candidates.begin());
+    locked->push_back(keys.front());
   }
-  if (!candidates.empty()) {
-    pg::Result r = tx.exec(std::string("SELECT k, pg_try_advisory_xact_lock(") + kKeyLock +
-                               ") FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n",
-                           pg::Params().add_array(candidates));
+  std::unordered_set<std::string> held(locked->begin(), locked->end());
+  if (!tried.empty()) {
+    const pg::Result& r = results[wait ? 1 : 0];
     for (int i = 0; i < r.rows(); ++i) {
       std::string key(r.text(i, 0));
       if (r.boolean(i, 1)) {
-        locked.push_back(std::move(key));
+        held.insert(key);
+        locked->push_back(std::move(key));
       } else {
-        info[key] = KeyInfo{0, false};
         ++*locked_elsewhere;
       }
     }
   }
-  if (locked.empty()) return info;
-  // A new statement: its snapshot is taken after the locks were granted.
-  for (auto& [key, value] : CountKeys(tx, locked, /*purge=*/true)) info[key] = value;
+  const pg::Result& counted = results.back();
+  for (int i = 0; i < counted.rows(); ++i) {
+    std::string key(counted.text(i, 0));
+    if (held.contains(key)) info[key] = KeyInfoAt(counted, i, 0);
+  }
+  for (const std::string& key : keys) info.try_emplace(key, KeyInfo{0, false});
   return info;
 }
 

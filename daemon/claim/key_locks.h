@@ -1,9 +1,11 @@
 // The claim's key locks and recounts: how many jobs each limit key may start
-// in this claim. A count without locks first; keys that look free are
-// locked (transaction-level advisory locks on the key's name: the first may
-// wait, the rest are try-locks) and counted again in a new statement, whose
-// snapshot includes every claim that held the lock before. Start marks out
-// of every window are purged under the lock.
+// in this claim. A count without locks first (the window read brings it
+// along, window_reads.h); keys that look free are locked (transaction-level
+// advisory locks on the key's name: the first may wait, the rest are
+// try-locks) and counted again in a new statement, whose snapshot includes
+// every claim that held the lock before: the locks and the recount go in
+// one round trip (a pipeline). Start marks out of every window are purged
+// under the lock, by the statement that claims (PurgeStartsSql).
 //
 // Thread-safety: functions use the transaction they are given.
 #pragma once
@@ -22,18 +24,32 @@ struct KeyInfo {
   bool records_starts = false;  // its applicable row caps starts
 };
 
-// Reads each key's applicable limits and counts its running jobs and starts.
-// With `purge`, also deletes start marks older than the key's window (only
-// under the key's lock).
-std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx,
-                                                   const std::vector<std::string>& keys,
-                                                   bool purge);
+// SQL of a count: for each key `keys_sql` yields (a query of one text
+// column), its applicable limits and its running jobs and starts, as the
+// columns key, has_row, max_running, max_starts, running, starts
+// (kKeyCountColumns of them; KeyInfoAt reads them).
+std::string KeyCountsSql(const std::string& keys_sql);
+inline constexpr int kKeyCountColumns = 6;
+// The KeyInfo of the count in `r`'s row `row`, its columns from `first`
+// (the key itself at `first`).
+KeyInfo KeyInfoAt(const pg::Result& r, int row, int first);
 
-// Decides how many jobs each of `keys` may start in this claim (see above).
-// The first lock may wait when `*may_wait` (then cleared); a key another
-// claim holds gets allowed = 0 and counts in `*locked_elsewhere`.
+// Reads each key's applicable limits and counts its running jobs and starts.
+std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx, const std::vector<std::string>& keys);
+
+// Decides how many jobs each of `keys` may start in this claim (see above):
+// keys are locked and counted in one round trip. The first lock may wait
+// when `*may_wait` (then cleared); a key another claim holds gets allowed =
+// 0, counts in `*locked_elsewhere` and is not in `*locked`.
 std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
                                                           const std::vector<std::string>& keys,
-                                                          bool* may_wait, int* locked_elsewhere);
+                                                          bool* may_wait, int* locked_elsewhere,
+                                                          std::vector<std::string>* locked);
+
+// A data-modifying CTE body that deletes the start marks of the keys in
+// `keys_param` (an SQL expression of type text[]) that are outside every
+// window a claim may count (see key_locks.cpp). Only for keys this claim
+// holds the lock of.
+std::string PurgeStartsSql(const std::string& keys_param);
 
 }  // namespace akadzed

@@ -79,15 +79,41 @@ std::vector<ReadyRow> ToRows(const pg::Result& r, int first_column = 0) {
   return rows;
 }
 
+// `window_sql` (a read whose columns are `lead` leading ones, then
+// RowColumns()) with the counts without locks of the keys it returns that
+// `counts.known` does not hold, as kKeyCountColumns more columns (NULL on
+// rows of known keys and of the NULL group), ordered by `order_by`.
+std::string WithUnlockedCounts(Statement& st, const std::string& window_sql, const std::string& order_by,
+                               const UnlockedCounts& counts) {
+  static const std::vector<std::string> kNone;
+  const std::string known = st.bind_array(counts.known ? *counts.known : kNone);
+  return "WITH w AS MATERIALIZED (" + window_sql + "), c AS (" +
+         KeyCountsSql("SELECT DISTINCT limit_key FROM w WHERE limit_key IS NOT NULL AND limit_key <> ALL(" +
+                      known + "::text[])") +
+         ") SELECT w.*, c.* FROM w LEFT JOIN c ON c.key = w.limit_key ORDER BY " + order_by;
+}
+
+// The counts WithUnlockedCounts() added to `r` (its rows' columns from
+// `first`), into `counts`.
+void TakeUnlockedCounts(const pg::Result& r, int first, UnlockedCounts& counts) {
+  for (int i = 0; i < r.rows(); ++i) {
+    if (r.is_null(i, first)) continue;
+    counts.counts.try_emplace(std::string(r.text(i, first)), KeyInfoAt(r, i, first));
+  }
+}
+
+constexpr int kRowColumns = 5;  // RowColumns()
+
 // One window of the single stream (no aging): the whole queue in index order.
-std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const ReadContext& ctx, const WindowRead& read) {
+Statement WindowStatement(const ReadContext& ctx, const WindowRead& read, const UnlockedCounts& counts) {
   Statement st;
   const std::string queue = st.bind(ctx.queue);
   const std::string limit = st.bind(read.limit);
   const std::string skip = SkipFilter(st, read.skip_keys, read.skip_null_key);
   const std::string from = " FROM akadze.jobs WHERE queue = " + queue + " AND " + kReadyJobSql + skip;
+  std::string sql;
   if (!read.after) {
-    st.sql = "SELECT " + RowColumns(st, ctx) + from + " ORDER BY priority DESC, run_at, id LIMIT " + limit;
+    sql = "SELECT " + RowColumns(st, ctx) + from + " ORDER BY priority DESC, run_at, id LIMIT " + limit;
   } else {
     // Keyset continuation in two index ranges: the rest of the cursor's
     // priority level, then the lower levels.
@@ -95,12 +121,13 @@ std::vector<ReadyRow> ReadWindow(pg::Transaction& tx, const ReadContext& ctx, co
     const std::string r = st.bind(read.after->run_at_us);
     const std::string i = st.bind(read.after->id);
     const std::string inner = "SELECT *" + from;
-    st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + inner + " AND priority = " + p +
-             " AND (run_at, id) > (" + Timestamp(r) + ", " + i + ") ORDER BY run_at, id LIMIT " +
-             limit + ") UNION ALL (" + inner + " AND priority <= " + p + "::int - 1 ORDER BY priority DESC, run_at, id LIMIT " + limit +
-             ")) w ORDER BY w.priority DESC, w.run_at, w.id LIMIT " + limit;
+    sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + inner + " AND priority = " + p +
+          " AND (run_at, id) > (" + Timestamp(r) + ", " + i + ") ORDER BY run_at, id LIMIT " + limit +
+          ") UNION ALL (" + inner + " AND priority <= " + p + "::int - 1 ORDER BY priority DESC, run_at, id LIMIT " +
+          limit + ")) w ORDER BY w.priority DESC, w.run_at, w.id LIMIT " + limit;
   }
-  return ToRows(tx.exec(st.sql, st.params()));
+  st.sql = WithUnlockedCounts(st, sql, "w.priority DESC, w.run_at_us, w.id", counts);
+  return st;
 }
 
 // ---- Reading around skipped groups (keyed_window.h) ----
@@ -254,30 +281,43 @@ WindowReader::WindowReader(pg::Transaction& tx, const ReadContext& ctx, double q
                                   : std::min(kMaxKeyedGroups,
                                              static_cast<std::int64_t>(queued_rows / kRowsPerGroup))) {}
 
-WindowReader::Window WindowReader::Read(const WindowRead& read) {
-  Window w;
-  if (UseKeyed(read)) {
-    w.keyed = true;
-    std::vector<GroupKey> need = keyed_->GroupsNeedingHead(read);
-    if (!need.empty()) {
-      std::vector<GroupRowsRead> heads;
-      for (GroupKey& key : need) heads.push_back(GroupRowsRead{std::move(key), 1});
-      std::vector<std::vector<ReadyRow>> got = ReadGroupRanges(tx_, ctx_, heads, *read.after, std::nullopt);
-      for (std::size_t i = 0; i < heads.size(); ++i) {
-        keyed_->SetHead(heads[i].key, got[i].empty() ? std::nullopt : std::optional<ReadyRow>(got[i].front()));
-      }
-    }
-    std::optional<KeyedRowsPlan> plan = keyed_->PlanRows(read);
-    if (!plan) {
-      w.exhausted = true;
-    } else {
-      std::vector<std::vector<ReadyRow>> got = ReadGroupRanges(tx_, ctx_, plan->groups, *read.after, plan->through);
-      w.rows = keyed_->Merge(*plan, got);
-    }
-  } else {
-    w.rows = ReadWindow(tx_, ctx_, read);
-    w.exhausted = static_cast<std::int64_t>(w.rows.size()) < read.limit;
+WindowReader::Window WindowReader::Read(const WindowRead& read, UnlockedCounts& counts) {
+  if (!UseKeyed(read)) {
+    const Statement st = WindowStatement(ctx_, read, counts);
+    return ReadFirst(read, tx_.exec(st.sql, st.params()), counts);
   }
+  Window w;
+  w.keyed = true;
+  std::vector<GroupKey> need = keyed_->GroupsNeedingHead(read);
+  if (!need.empty()) {
+    std::vector<GroupRowsRead> heads;
+    for (GroupKey& key : need) heads.push_back(GroupRowsRead{std::move(key), 1});
+    std::vector<std::vector<ReadyRow>> got = ReadGroupRanges(tx_, ctx_, heads, *read.after, std::nullopt);
+    for (std::size_t i = 0; i < heads.size(); ++i) {
+      keyed_->SetHead(heads[i].key, got[i].empty() ? std::nullopt : std::optional<ReadyRow>(got[i].front()));
+    }
+  }
+  std::optional<KeyedRowsPlan> plan = keyed_->PlanRows(read);
+  if (!plan) {
+    w.exhausted = true;
+  } else {
+    std::vector<std::vector<ReadyRow>> got = ReadGroupRanges(tx_, ctx_, plan->groups, *read.after, plan->through);
+    w.rows = keyed_->Merge(*plan, got);
+  }
+  last_window_ = w.rows;
+  return w;
+}
+
+pg::Statement WindowReader::FirstStatement(const WindowRead& read, const UnlockedCounts& counts) const {
+  return WindowStatement(ctx_, read, counts);
+}
+
+WindowReader::Window WindowReader::ReadFirst(const WindowRead& read, const pg::Result& result,
+                                             UnlockedCounts& counts) {
+  Window w;
+  w.rows = ToRows(result);
+  TakeUnlockedCounts(result, kRowColumns, counts);
+  w.exhausted = static_cast<std::int64_t>(w.rows.size()) < read.limit;
   last_window_ = w.rows;
   return w;
 }
@@ -312,7 +352,7 @@ bool WindowReader::UseKeyed(const WindowRead& read) {
 // jobs_claim_idx, one index descent per level (each step asks for the first
 // row below the previous level; `<= p - 1` rather than `< p`, which on the
 // DESC column made each descent walk the previous level's entries).
-std::vector<ReadyRow> FindLevels(pg::Transaction& tx, const ReadContext& ctx) {
+pg::Statement FindLevelsStatement(const ReadContext& ctx) {
   Statement st;
   const std::string queue = st.bind(ctx.queue);
   st.sql = "WITH RECURSIVE heads AS ("
@@ -325,14 +365,17 @@ std::vector<ReadyRow> FindLevels(pg::Transaction& tx, const ReadContext& ctx) {
            "    WHERE j.queue = " + queue + " AND j.state = 'queued' AND j.priority <= h.priority - 1"
            "    ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) n)"
            " SELECT " + RowColumns(st, ctx, "heads") + " FROM heads ORDER BY heads.priority DESC";
-  return ToRows(tx.exec(st.sql, st.params()));
+  return st;
 }
+
+std::vector<ReadyRow> LevelsFrom(const pg::Result& result) { return ToRows(result); }
 
 // Windows of several level streams (aging) in one statement. A row is skipped
 // only if every read skips its group: skipping less than allowed is safe.
 std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const ReadContext& ctx,
                                                     const std::vector<ReadyRow>& heads,
-                                                    const std::vector<WindowRead>& reads) {
+                                                    const std::vector<WindowRead>& reads,
+                                                    UnlockedCounts& counts) {
   std::vector<std::int64_t> level, after_run_at, after_id, limit;
   std::vector<std::string> has_after;
   std::vector<std::string> skip_keys = reads.front().skip_keys;
@@ -362,8 +405,10 @@ std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const R
            " CROSS JOIN LATERAL (SELECT * FROM akadze.jobs WHERE queue = " + queue +
            " AND priority = s.p AND " + kReadyJobSql + skip +
            " AND (NOT s.has_after OR (run_at, id) > (" + Timestamp("s.r") + ", s.i))"
-           " ORDER BY run_at, id LIMIT s.lim) j ORDER BY s.n, j.run_at, j.id";
+           " ORDER BY run_at, id LIMIT s.lim) j";
+  st.sql = WithUnlockedCounts(st, st.sql, "w.n, w.run_at_us, w.id", counts);
   pg::Result r = tx.exec(st.sql, st.params());
+  TakeUnlockedCounts(r, 1 + kRowColumns, counts);
   std::vector<std::vector<ReadyRow>> out(reads.size());
   std::vector<ReadyRow> rows = ToRows(r, 1);
   for (int i = 0; i < r.rows(); ++i) {

@@ -12,11 +12,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "claim/claim_planner.h"
+#include "claim/key_locks.h"
 #include "claim/keyed_window.h"
+#include "pg/statement.h"
 #include "pg/transaction.h"
 
 namespace akadzed {
@@ -30,6 +33,14 @@ struct ReadContext {
 
 // The context of a claim of `queue` with the aging interval `aging_us`.
 ReadContext MakeReadContext(const std::string& queue, std::optional<std::int64_t> aging_us);
+
+// Counts without locks (key_locks.h) of the keys a read saw that the claim
+// did not know: the window statements bring them along, so the claim can
+// skip keys at their limit without a round trip of its own.
+struct UnlockedCounts {
+  const std::vector<std::string>* known = nullptr;  // keys not to count
+  std::unordered_map<std::string, KeyInfo> counts;  // filled by reads
+};
 
 // Reads the windows of the single stream (no aging): through jobs_claim_idx,
 // or, when skipped groups would make that walk long, around them through
@@ -48,7 +59,12 @@ class WindowReader {
     bool keyed = false;
   };
 
-  Window Read(const WindowRead& read);
+  // Reads the window; `counts` gains the keys it saw first.
+  Window Read(const WindowRead& read, UnlockedCounts& counts);
+  // The claim's first window (read.after unset: through jobs_claim_idx) as
+  // a statement, to send along with others; ReadFirst() takes its result.
+  pg::Statement FirstStatement(const WindowRead& read, const UnlockedCounts& counts) const;
+  Window ReadFirst(const WindowRead& read, const pg::Result& result, UnlockedCounts& counts);
 
   // The queue's keys, once, when the first keyed read enumerated them (then
   // empty): the claim counts them ahead of their rows.
@@ -69,14 +85,17 @@ class WindowReader {
 };
 
 // The priority levels present among the queue's queued rows, highest first,
-// each with its first row in index order (ready or not).
-std::vector<ReadyRow> FindLevels(pg::Transaction& tx, const ReadContext& ctx);
+// each with its first row in index order (ready or not): the statement, and
+// its result read.
+pg::Statement FindLevelsStatement(const ReadContext& ctx);
+std::vector<ReadyRow> LevelsFrom(const pg::Result& result);
 
 // Windows of several level streams (aging) in one statement, one per read
 // of `reads` (each names its level by index into `heads`).
 std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const ReadContext& ctx,
                                                     const std::vector<ReadyRow>& heads,
-                                                    const std::vector<WindowRead>& reads);
+                                                    const std::vector<WindowRead>& reads,
+                                                    UnlockedCounts& counts);
 
 // The rows of one group the planner skipped and needs after all.
 std::vector<ReadyRow> ReadCatchUp(pg::Transaction& tx, const ReadContext& ctx, const CatchUpRead& read);

@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "claim/claim_transaction.h"
 #include "cli/commands.h"
@@ -18,8 +20,25 @@ struct ClaimOptions {
   std::string mode = "ordered";
   std::string worker_id;
   bool dry_run = false;
+  int repeat = 1;
   bool json = false;
   std::string aging;
+};
+
+// Times of repeated dry runs: the first (cold: a new connection, statements
+// not prepared yet) apart from the others (warm).
+struct RunTimes {
+  std::vector<double> runs_ms;
+  double cold_ms() const { return runs_ms.front(); }
+  std::vector<double> warm_sorted() const {
+    std::vector<double> warm(runs_ms.begin() + 1, runs_ms.end());
+    std::sort(warm.begin(), warm.end());
+    return warm;
+  }
+  static double Median(const std::vector<double>& sorted) {
+    const std::size_t m = sorted.size() / 2;
+    return sorted.size() % 2 == 1 ? sorted[m] : (sorted[m - 1] + sorted[m]) / 2;
+  }
 };
 
 nlohmann::json ToJson(const ClaimResult& r, bool aging) {
@@ -36,6 +55,7 @@ nlohmann::json ToJson(const ClaimResult& r, bool aging) {
           {"worker_id", r.worker_id},
           {"windows", r.windows},
           {"rows_read", r.rows_read},
+          {"round_trips", r.round_trips},
           {"elapsed_ms", r.elapsed_ms}};
 }
 
@@ -53,7 +73,12 @@ void AddClaimCommand(CLI::App& app, Action& action) {
       ->check(CLI::Validator(
           [](const std::string& v) { return IsUuid(v) ? std::string() : "'" + v + "' is not a UUID"; },
           "UUID"));
-  cmd->add_flag("--dry-run", o->dry_run, "Plan and lock as a real claim, then roll back");
+  CLI::Option* dry_run = cmd->add_flag("--dry-run", o->dry_run, "Plan and lock as a real claim, then roll back");
+  cmd->add_option("--repeat", o->repeat,
+                  "With --dry-run: claim N times on one connection and print each run's time, the first"
+                  " (cold) apart, and the warm runs' min/median/max")
+      ->check(CLI::Range(1, 100000))
+      ->needs(dry_run);
   cmd->add_option("--aging", o->aging,
                   "Priority aging interval, e.g. 5m: one point of priority per full interval waited");
   cmd->add_flag("--json", o->json, "Print one JSON object");
@@ -75,9 +100,21 @@ void AddClaimCommand(CLI::App& app, Action& action) {
       }
       return RunCommand("claim", [&] {
         pg::Connection conn = pg::Connection::Open(ResolveDatabaseUrl(o->url), "akadzed claim");
-        ClaimResult r = RunClaim(conn, request);
+        RunTimes times;
+        ClaimResult r;
+        for (int run = 0; run < o->repeat; ++run) {
+          r = RunClaim(conn, request);
+          times.runs_ms.push_back(r.elapsed_ms);
+        }
+        const std::vector<double> warm = times.warm_sorted();
         if (o->json) {
-          std::cout << ToJson(r, request.aging_us.has_value()).dump() << std::endl;
+          nlohmann::json out = ToJson(r, request.aging_us.has_value());
+          if (o->repeat > 1) {
+            out["runs_ms"] = times.runs_ms;
+            out["cold_ms"] = times.cold_ms();
+            out["warm_ms"] = {{"min", warm.front()}, {"median", RunTimes::Median(warm)}, {"max", warm.back()}};
+          }
+          std::cout << out.dump() << std::endl;
         } else {
           if (r.paused) std::cout << "queue " << o->queue << " is paused" << std::endl;
           for (const ClaimedJob& job : r.jobs) {
@@ -88,7 +125,15 @@ void AddClaimCommand(CLI::App& app, Action& action) {
           }
           std::cout << r.jobs.size() << " claimed" << (o->dry_run ? " (dry run, rolled back)" : "")
                     << ", windows=" << r.windows << " rows_read=" << r.rows_read
-                    << " elapsed_ms=" << r.elapsed_ms << std::endl;
+                    << " round_trips=" << r.round_trips << " elapsed_ms=" << r.elapsed_ms << std::endl;
+          if (o->repeat > 1) {
+            for (std::size_t i = 0; i < times.runs_ms.size(); ++i) {
+              std::cout << "run " << i + 1 << (i == 0 ? " (cold)" : "") << ": " << times.runs_ms[i] << " ms"
+                        << std::endl;
+            }
+            std::cout << "warm runs: " << warm.size() << ", min=" << warm.front()
+                      << " median=" << RunTimes::Median(warm) << " max=" << warm.back() << " ms" << std::endl;
+          }
         }
         return kExitOk;
       });

@@ -544,15 +544,16 @@ TEST_CASE("partition (a): a cut of the whole daemon during claims never stalls t
     return ClaimTimes(s, a_pid, "").size() >= 30 && ClaimTimes(s, b_pid, "").size() >= 30;
   }, 30s));
 
-  // The cut: as A's claim has run its second statement, the one that takes
-  // the queue's claim lock, its reply is held and every connection of A cut.
-  proxy.CutWhen("akadzed claim", 2, "");
+  // The cut: as A's claim has run its first round trip (BEGIN, the statement
+  // that takes the queue's claim lock and the first window, one pipeline),
+  // its reply is held and every connection of A cut.
+  proxy.CutWhen("akadzed claim", 1, "");
   REQUIRE(proxy.WaitTriggered(10s));
   const BlackholeProxy::TriggerInfo cut = proxy.trigger();
   const std::string queue = cut.application_name.substr(std::string("akadzed claim ").size());
   // A's session holds the lock, idle in transaction, until the server ends it.
   pg::Result holder = s.Query(
-      "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid"
+      "SELECT DISTINCT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid"
       " WHERE a.datname = current_database() AND a.application_name = $1"
       "   AND a.state = 'idle in transaction' AND l.locktype = 'advisory' AND l.granted",
       pg::Params().add(cut.application_name));

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -70,8 +71,13 @@ json Claim(const std::string& url, const std::vector<std::string>& extra) {
   REQUIRE(out.is_object());
   std::set<std::string> keys;
   for (const auto& item : out.items()) keys.insert(item.key());
-  CHECK(keys == std::set<std::string>{"jobs", "paused", "worker_id", "windows", "rows_read",
-                                      "elapsed_ms"});
+  std::set<std::string> want = {"jobs", "paused", "worker_id", "windows", "rows_read", "round_trips", "elapsed_ms"};
+  // --repeat N (N > 1) adds the runs' times.
+  if (std::find(extra.begin(), extra.end(), "--repeat") != extra.end() && keys.contains("runs_ms")) {
+    want.insert({"runs_ms", "cold_ms", "warm_ms"});
+  }
+  CHECK(keys == want);
+  CHECK(out["round_trips"].is_number_integer());
   REQUIRE(out["jobs"].is_array());
   CHECK(out["paused"].is_boolean());
   CHECK(out["worker_id"].get<std::string>().size() == 36);
@@ -220,6 +226,39 @@ TEST_CASE("cli claim: --dry-run returns what a real claim takes and changes noth
   CHECK(RowState(conn, q.j2) == "running/1/true/true");
 }
 
+TEST_CASE("cli claim: --dry-run --repeat times N claims on one connection, the cold one apart",
+          "[cli][claim]") {
+  const std::string url = test::FreshDatabase(true);
+  Connection conn = Connection::Open(url);
+  Queue q = MakeQueue(conn);
+  json out = Claim(url, {"--slots", "2", "--dry-run", "--repeat", "5"});
+  CHECK(Ids(out) == std::vector<std::int64_t>{q.j3, q.j2});  // every run rolled back: the same jobs
+  REQUIRE(out["runs_ms"].is_array());
+  REQUIRE(out["runs_ms"].size() == 5);
+  std::vector<double> runs = out["runs_ms"].get<std::vector<double>>();
+  for (double ms : runs) CHECK(ms > 0);
+  CHECK(out["cold_ms"].get<double>() == runs.front());
+  const std::vector<double> warm(runs.begin() + 1, runs.end());
+  CHECK(out["warm_ms"]["min"].get<double>() == *std::min_element(warm.begin(), warm.end()));
+  CHECK(out["warm_ms"]["max"].get<double>() == *std::max_element(warm.begin(), warm.end()));
+  CHECK(out["warm_ms"]["median"].get<double>() >= out["warm_ms"]["min"].get<double>());
+  CHECK(out["warm_ms"]["median"].get<double>() <= out["warm_ms"]["max"].get<double>());
+  // A claim that settles in one window: BEGIN with the first read, the key
+  // locks, the claiming statement with its ROLLBACK.
+  CHECK(out["round_trips"].get<int>() == 3);
+  for (std::int64_t id : {q.j1, q.j2, q.j3, q.j4, q.j5}) CHECK(RowState(conn, id) == "queued/0/false/false");
+
+  test::CommandResult text = test::RunAkadzed(
+      {"claim", "--queue", "mail", "--slots", "2", "--dry-run", "--repeat", "3", "--database-url", url});
+  INFO("stderr: " << text.err);
+  CHECK(text.exit_code == 0);
+  std::vector<std::string> lines = test::Lines(text.out);
+  REQUIRE(lines.size() == 7);  // 2 jobs, the summary, 3 runs, the warm runs
+  CHECK(lines[3].rfind("run 1 (cold): ", 0) == 0);
+  CHECK(lines[5].rfind("run 3: ", 0) == 0);
+  CHECK(lines[6].rfind("warm runs: 2, min=", 0) == 0);
+}
+
 TEST_CASE("cli claim: a paused queue claims nothing", "[cli][claim]") {
   const std::string url = test::FreshDatabase(true);
   Connection conn = Connection::Open(url);
@@ -271,6 +310,9 @@ TEST_CASE("cli claim: bad arguments exit 2 with one line on stderr", "[cli][clai
        "not-a-uuid"},
       {{"claim", "--queue", "mail", "--slots", "1", "--frobnicate", "--database-url", url},
        "--frobnicate"},
+      {{"claim", "--queue", "mail", "--slots", "1", "--repeat", "3", "--database-url", url}, "--dry-run"},
+      {{"claim", "--queue", "mail", "--slots", "1", "--dry-run", "--repeat", "0", "--database-url", url},
+       "--repeat"},
       {{"frobnicate", "--queue", "mail"}, "unknown command 'frobnicate'"},
       {{}, "subcommand"},
   };
