@@ -59,9 +59,14 @@
 // correlated NOT EXISTS made PostgreSQL 15 estimate the ready set at one row
 // and nest the per-key counts inside a loop over every ranked row.)
 //
+// The claim's timed runs are repeated over a delayed network (--delay-ms,
+// 0.5 ms each way by default; 0: not): the same dry runs through a proxy
+// that holds every byte that long in each direction (bench/delayed_network.h),
+// as a database one network hop away costs each round trip.
+//
 // Usage: claim_bench [--jobs N] [--runs N] [--scenario NAME]... [--list]
 //        [--markdown FILE] [--csv FILE] [--database-url URL [--force]] [--keep]
-//        [--explain-min-ms MS] [--server-setting NAME=VALUE]...
+//        [--explain-min-ms MS] [--server-setting NAME=VALUE]... [--delay-ms MS]
 // Without --database-url a throwaway PostgreSQL cluster is started and removed
 // at exit (--keep leaves it running and prints how to reach it).
 #include <CLI/CLI.hpp>
@@ -82,6 +87,7 @@
 
 #include "claim/claim_transaction.h"
 #include "core/redact.h"
+#include "delayed_network.h"
 #include "embedded/throwaway_postgres.h"
 #include "pg/connection.h"
 #include "pg/transaction.h"
@@ -292,7 +298,9 @@ struct Row {
   const Scenario* scenario = nullptr;
   double reference_ms = 0;
   double akadzed_ms = 0;
+  double delayed_ms = -1;  // the same claims over the delayed network; -1: not measured
   int windows = 0;
+  int round_trips = 0;  // of the timed claims (RunClaim: BEGIN to ROLLBACK), the most
   std::int64_t rows_read = 0;
   std::size_t claimed = 0;
   bool same = true;
@@ -348,6 +356,7 @@ struct Settings {
   bool keep = false;
   int explain_min_ms = -1;
   std::vector<std::string> server_settings;  // extra `-c` settings of the throwaway cluster
+  double delay_ms = 0.5;  // each way, for the delayed figures; 0: none
 };
 
 // Runs the reference (see "The reference's plan" above); `ms` gets the time
@@ -373,7 +382,22 @@ akadzed::ClaimRequest ClaimFor(const Scenario& sc, const Settings& st) {
   return claim;
 }
 
-Row Measure(pg::Connection& conn, const Scenario& sc, const Settings& st) {
+// The median time of `st.runs` dry-run claims after `st.warmup`, back to
+// back as a worker runs them; `round_trips` gets the most any took.
+double TimeClaims(pg::Connection& conn, const akadzed::ClaimRequest& claim, const Settings& st, int* round_trips) {
+  std::vector<double> ms;
+  for (int run = -st.warmup; run < st.runs; ++run) {
+    CheckInterrupted();
+    auto t1 = std::chrono::steady_clock::now();
+    const akadzed::ClaimResult got = akadzed::RunClaim(conn, claim);  // a dry run: BEGIN ... ROLLBACK
+    if (run >= 0) ms.push_back(MsSince(t1));
+    *round_trips = std::max(*round_trips, got.round_trips);
+  }
+  return Median(ms);
+}
+
+// `delayed`: a connection over the delayed network, or null.
+Row Measure(pg::Connection& conn, pg::Connection* delayed, const Scenario& sc, const Settings& st) {
   Row row;
   row.scenario = &sc;
   akadzed::test::ReferenceClaimRequest ref;
@@ -384,7 +408,6 @@ Row Measure(pg::Connection& conn, const Scenario& sc, const Settings& st) {
   const akadzed::ClaimRequest claim = ClaimFor(sc, st);
 
   std::vector<double> ref_ms;
-  std::vector<double> ak_ms;
   // First the reference runs, each followed (same transaction, so the same
   // now() for readiness and aged priorities; rolled back) by a claim whose
   // result must be identical. Then the claim's own timed runs, back to back
@@ -419,14 +442,9 @@ Row Measure(pg::Connection& conn, const Scenario& sc, const Settings& st) {
     row.rows_read = got.rows_read;
     if (run >= 0) ref_ms.push_back(r_ms);
   }
-  for (int run = -st.warmup; run < st.runs; ++run) {
-    CheckInterrupted();
-    auto t1 = std::chrono::steady_clock::now();
-    akadzed::RunClaim(conn, claim);  // a dry run: BEGIN ... ROLLBACK
-    if (run >= 0) ak_ms.push_back(MsSince(t1));
-  }
   row.reference_ms = Median(ref_ms);
-  row.akadzed_ms = Median(ak_ms);
+  row.akadzed_ms = TimeClaims(conn, claim, st, &row.round_trips);
+  if (delayed != nullptr) row.delayed_ms = TimeClaims(*delayed, claim, st, &row.round_trips);
   return row;
 }
 
@@ -457,18 +475,20 @@ struct Table {
 
 std::string Ms(double ms) { return ms < 100 ? fmt::format("{:.2f}", ms) : fmt::format("{:.1f}", ms); }
 
-Table MakeTable(const std::vector<Row>& rows) {
+Table MakeTable(const std::vector<Row>& rows, double delay_ms) {
   Table t;
   t.header = {"scenario",         "queue (seed row)", "mode",     "reference ms", "akadzed ms",
-              "ratio",     "windows",          "rows_read", "claimed",     "same ids",
+              fmt::format("akadzed ms, {} ms each way", delay_ms),
+              "ratio",     "windows",          "round trips", "rows_read", "claimed",     "same ids",
               "seed 0.5.0 ms", "seed 0.6.0 ms"};
-  t.right = {false, false, false, true, true, true, true, true, true, false, true, true};
+  t.right = {false, false, false, true, true, true, true, true, true, true, true, false, true, true};
   for (const Row& r : rows) {
     const Scenario& sc = *r.scenario;
     t.rows.push_back({sc.name, sc.label, sc.mode == ClaimMode::kFair ? "fair" : "ordered",
-                      Ms(r.reference_ms), Ms(r.akadzed_ms),
+                      Ms(r.reference_ms), Ms(r.akadzed_ms), r.delayed_ms >= 0 ? Ms(r.delayed_ms) : "-",
                       r.akadzed_ms > 0 ? fmt::format("{:.1f}x", r.reference_ms / r.akadzed_ms) : "-",
-                      std::to_string(r.windows), Thousands(r.rows_read), std::to_string(r.claimed),
+                      std::to_string(r.windows), std::to_string(r.round_trips), Thousands(r.rows_read),
+                      std::to_string(r.claimed),
                       r.same ? "yes" : "MISMATCH", sc.seed_050, sc.seed_060});
   }
   return t;
@@ -527,14 +547,14 @@ std::string CsvField(const std::string& v) {
 
 std::string RenderCsv(const std::vector<Row>& rows, const Settings& st) {
   std::string out =
-      "scenario,label,mode,jobs,slots,runs,reference_ms,akadzed_ms,ratio,windows,rows_read,"
+      "scenario,label,mode,jobs,slots,runs,reference_ms,akadzed_ms,delayed_ms,ratio,windows,round_trips,rows_read,"
       "claimed,same,seed_050_ms,seed_060_ms\n";
   for (const Row& r : rows) {
     const Scenario& sc = *r.scenario;
-    out += fmt::format("{},{},{},{},{},{},{:.3f},{:.3f},{:.2f},{},{},{},{},{},{}\n", sc.name,
+    out += fmt::format("{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.2f},{},{},{},{},{},{},{}\n", sc.name,
                        CsvField(sc.label), sc.mode == ClaimMode::kFair ? "fair" : "ordered",
-                       st.jobs, st.slots, st.runs, r.reference_ms, r.akadzed_ms,
-                       r.akadzed_ms > 0 ? r.reference_ms / r.akadzed_ms : 0.0, r.windows,
+                       st.jobs, st.slots, st.runs, r.reference_ms, r.akadzed_ms, r.delayed_ms,
+                       r.akadzed_ms > 0 ? r.reference_ms / r.akadzed_ms : 0.0, r.windows, r.round_trips,
                        r.rows_read, r.claimed, r.same ? "yes" : "MISMATCH",
                        CsvField(sc.seed_050), CsvField(sc.seed_060));
   }
@@ -591,6 +611,13 @@ int Run(const Settings& st) {
     }
   }
   const std::string version(conn.exec("SHOW server_version").text(0, 0));
+  std::unique_ptr<akadzed::bench::DelayedNetwork> network;
+  std::unique_ptr<pg::Connection> delayed;
+  if (st.delay_ms > 0) {
+    network = std::make_unique<akadzed::bench::DelayedNetwork>(
+        conninfo, std::chrono::microseconds(static_cast<std::int64_t>(st.delay_ms * 1000)));
+    delayed = std::make_unique<pg::Connection>(pg::Connection::Open(network->conninfo(), "claim_bench delayed"));
+  }
 
   std::vector<Row> rows;
   for (const Scenario* sc : chosen) {
@@ -600,10 +627,11 @@ int Run(const Settings& st) {
     const double build_s = MsSince(t0) / 1000;
     std::cerr << fmt::format(" {:.1f} s; measuring...", build_s) << std::flush;
     auto t1 = std::chrono::steady_clock::now();
-    Row row = Measure(conn, *sc, st);
+    Row row = Measure(conn, delayed.get(), *sc, st);
     row.build_s = build_s;
-    std::cerr << fmt::format(" {:.1f} s: reference {} ms, akadzed {} ms{}", MsSince(t1) / 1000,
+    std::cerr << fmt::format(" {:.1f} s: reference {} ms, akadzed {} ms ({} delayed){}", MsSince(t1) / 1000,
                              Ms(row.reference_ms), Ms(row.akadzed_ms),
+                             row.delayed_ms >= 0 ? Ms(row.delayed_ms) : std::string("not"),
                              row.same ? "" : "  *** MISMATCH ***")
               << std::endl;
     if (st.explain_min_ms >= 0) Explain(conn, *sc, st);
@@ -619,7 +647,7 @@ int Run(const Settings& st) {
       "ratio = reference / akadzed. Seed figures: PostgreSQL 16, 100,000 jobs.{}",
       Thousands(st.jobs), st.slots, st.runs, st.warmup, version,
       "", extra);
-  Table table = MakeTable(rows);
+  Table table = MakeTable(rows, st.delay_ms);
   std::cout << caption << "\n\n" << RenderText(table) << std::flush;
   WriteOutput(markdown.get(), RenderMarkdown(table, caption), st.markdown);
   WriteOutput(csv.get(), RenderCsv(rows, st), st.csv);
@@ -687,6 +715,9 @@ int main(int argc, char** argv) {
           },
           "NAME=VALUE"))
       ->excludes(url);
+  app.add_option("--delay-ms", st.delay_ms,
+                 "Also time the claims through a proxy delaying MS each way (default 0.5; 0: not)")
+      ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--explain-min-ms", st.explain_min_ms,
                  "After each scenario, run one more claim with auto_explain (ANALYZE, BUFFERS) "
                  "printing to stderr the plans of akadzed's statements taking at least MS ms")

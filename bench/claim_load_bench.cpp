@@ -24,11 +24,20 @@
 // figure and 3.71x its fair one. The seed's machine and PostgreSQL (16) are
 // not this one; its per-claim hold time is not stated.
 //
+// --sweep 1,2,5,10,20 runs each mode once per claimer count (claims of a
+// queue that scale: jobs/s should not fall as claimers are added; give
+// --jobs enough that no run drains the queue). --delay-ms D (e.g. 0.5) puts
+// the claimers' and the finisher's connections behind a proxy that delays
+// every byte D ms each way, as a network hop to the database does
+// (bench/delayed_network.h); the sampler stays direct.
+//
 // Usage: claim_load_bench [--seconds S] [--jobs N] [--claimers C] [--slots N]
-//                         [--mode ordered|fair|both]
+//                         [--mode ordered|fair|both] [--sweep C,C,...]
+//                         [--delay-ms D] [--database CONNINFO]
 // Exit status 1 on an overshoot, an error or a job claimed twice.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -44,6 +53,7 @@
 #include <vector>
 
 #include "claim/claim_transaction.h"
+#include "delayed_network.h"
 #include "embedded/throwaway_postgres.h"
 #include "pg/connection.h"
 #include "schema/migrations.h"
@@ -71,6 +81,8 @@ struct Settings {
   // after each of its claims, so a job's slot stays taken until its
   // claimer's next claim returns.
   std::string finish = "finisher";
+  std::vector<int> sweep;  // claimer counts; empty: just `claimers`
+  double delay_ms = 0;     // each way, for the claimers and the finisher
 };
 
 struct LoadResult {
@@ -117,9 +129,11 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
 }
 
-LoadResult RunMode(const std::string& conninfo, ClaimMode mode, const Settings& st) {
+// `conninfo`: the claimers' and the finisher's connections (through the
+// delayed network, if any); `direct`: setup and the sampler.
+LoadResult RunMode(const std::string& conninfo, const std::string& direct, ClaimMode mode, const Settings& st) {
   {
-    pg::Connection setup = pg::Connection::Open(conninfo, "claim_load_bench");
+    pg::Connection setup = pg::Connection::Open(direct, "claim_load_bench");
     Fill(setup, st.jobs);
   }
   LoadResult out;
@@ -276,7 +290,7 @@ LoadResult RunMode(const std::string& conninfo, ClaimMode mode, const Settings& 
   std::int64_t samples = 0, overshoots = 0;
   auto sampler = [&] {
     try {
-      pg::Connection conn = pg::Connection::Open(conninfo, "claim_load_bench");
+      pg::Connection conn = pg::Connection::Open(direct, "claim_load_bench");
       while (!stop.load()) {
         pg::Result r = conn.exec(
             "SELECT j.limit_key, count(*), l.max_running FROM akadze.jobs j"
@@ -335,6 +349,12 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", st.seconds, "Length of each mode's run (default 20)")->check(CLI::Range(1, 3600));
   app.add_option("--jobs", st.jobs, "Jobs in the queue (default 20000)")->check(CLI::Range(1, 10'000'000));
   app.add_option("--claimers", st.claimers, "Parallel claimers (default 10)")->check(CLI::Range(1, 100));
+  app.add_option("--sweep", st.sweep, "Claimer counts to run in turn, e.g. 1,2,5,10,20 (instead of --claimers)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 100));
+  app.add_option("--delay-ms", st.delay_ms,
+                 "Delay each way, in ms, between the claimers (and the finisher) and the server (default 0)")
+      ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--slots", st.slots, "Slots per claim (default 4)")->check(CLI::Range(1, 1000));
   app.add_option("--mode", st.mode, "ordered, fair or both (default)")
       ->check(CLI::IsMember({"ordered", "fair", "both"}));
@@ -350,37 +370,49 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<ThrowawayPostgres> server;
   if (database.empty()) server = ThrowawayPostgres::Start();
-  const std::string conninfo = database.empty() ? server->conninfo() : database;
+  const std::string direct = database.empty() ? server->conninfo() : database;
   {
-    pg::Connection conn = pg::Connection::Open(conninfo, "claim_load_bench");
+    pg::Connection conn = pg::Connection::Open(direct, "claim_load_bench");
     Migrate(conn);
   }
+  std::unique_ptr<bench::DelayedNetwork> network;
+  if (st.delay_ms > 0) {
+    network = std::make_unique<bench::DelayedNetwork>(
+        direct, std::chrono::microseconds(static_cast<std::int64_t>(st.delay_ms * 1000)));
+  }
+  const std::string conninfo = network ? network->conninfo() : direct;
+  std::vector<int> counts = st.sweep.empty() ? std::vector<int>{st.claimers} : st.sweep;
   std::cout << fmt::format(
       "claim_load_bench: {} claimers, {} s per mode, {} jobs over {} keys (max_running 1-4),"
-      " slots = {}, jobs held 0-5 ms then finished in batches ({})\n\n",
-      st.claimers, st.seconds, st.jobs, kKeys, st.slots,
-      st.finish == "inline" ? "inline: by each claimer between its claims" : "by one finisher thread");
-  std::cout << "| mode | jobs taken | jobs/s | seed 0.6.0 | vs seed | drained after | claims | empty claims |"
+      " slots = {}, jobs held 0-5 ms then finished in batches ({}), network: {}\n\n",
+      fmt::join(counts, "/"), st.seconds, st.jobs, kKeys, st.slots,
+      st.finish == "inline" ? "inline: by each claimer between its claims" : "by one finisher thread",
+      network ? fmt::format("{} ms each way (delay proxy)", st.delay_ms) : std::string("direct"));
+  std::cout << "| mode | claimers | jobs taken | jobs/s | seed 0.6.0 | vs seed | drained after | claims | empty claims |"
                " claim p50 ms | claim p99 ms | windows/claim | rows read/claim | keys lost/claim | samples |"
                " overshoots | errors | claimed twice |\n"
-               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   bool failed = false;
-  for (ClaimMode mode : {ClaimMode::kOrdered, ClaimMode::kFair}) {
-    const bool fair = mode == ClaimMode::kFair;
-    if (st.mode != "both" && st.mode != (fair ? "fair" : "ordered")) continue;
-    LoadResult r = RunMode(conninfo, mode, st);
-    const double seed = fair ? kSeedFair : kSeedOrdered;
-    std::cout << fmt::format(
-                     "| {} | {} | {:.0f} | {:.0f} | {:.2f}x | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | {} | {} | {} | {} |\n",
-                     fair ? "fair" : "ordered", r.taken, static_cast<double>(r.taken) / st.seconds, seed,
-                     static_cast<double>(r.taken) / seed,
-                     r.drained_s >= 0 ? fmt::format("{:.1f} s", r.drained_s) : std::string("-"), r.claims,
-                     r.empty_claims, r.claim_p50_ms, r.claim_p99_ms, PerClaim(r.windows, r.claims),
-                     PerClaim(r.rows_read, r.claims), PerClaim(r.keys_lost, r.claims), r.samples, r.overshoots,
-                     r.errors.size(), r.claimed_twice)
-              << std::flush;
-    for (std::size_t i = 0; i < r.errors.size() && i < 5; ++i) std::cerr << "error: " << r.errors[i] << "\n";
-    failed = failed || r.overshoots > 0 || !r.errors.empty() || r.claimed_twice > 0;
+  for (int claimers : counts) {
+    Settings run = st;
+    run.claimers = claimers;
+    for (ClaimMode mode : {ClaimMode::kOrdered, ClaimMode::kFair}) {
+      const bool fair = mode == ClaimMode::kFair;
+      if (st.mode != "both" && st.mode != (fair ? "fair" : "ordered")) continue;
+      LoadResult r = RunMode(conninfo, direct, mode, run);
+      const double seed = fair ? kSeedFair : kSeedOrdered;
+      std::cout << fmt::format(
+                       "| {} | {} | {} | {:.0f} | {:.0f} | {:.2f}x | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | {} | {} | {} | {} |\n",
+                       fair ? "fair" : "ordered", claimers, r.taken, static_cast<double>(r.taken) / st.seconds, seed,
+                       static_cast<double>(r.taken) / seed,
+                       r.drained_s >= 0 ? fmt::format("{:.1f} s", r.drained_s) : std::string("-"), r.claims,
+                       r.empty_claims, r.claim_p50_ms, r.claim_p99_ms, PerClaim(r.windows, r.claims),
+                       PerClaim(r.rows_read, r.claims), PerClaim(r.keys_lost, r.claims), r.samples, r.overshoots,
+                       r.errors.size(), r.claimed_twice)
+                << std::flush;
+      for (std::size_t i = 0; i < r.errors.size() && i < 5; ++i) std::cerr << "error: " << r.errors[i] << "\n";
+      failed = failed || r.overshoots > 0 || !r.errors.empty() || r.claimed_twice > 0;
+    }
   }
   return failed ? 1 : 0;
 }

@@ -25,7 +25,7 @@ for n in 10000 100000 1000000; do
   if [ "$n" = 1000000 ]; then runs="--runs $runs_1m --warmup 1"; else runs=""; fi
   echo "claim_bench --jobs $n $runs (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
   # shellcheck disable=SC2086
-  nice -n 10 "$build/bench/claim_bench" --jobs "$n" $runs --csv "$csv.part" >&2
+  nice -n 10 "$build/bench/claim_bench" --jobs "$n" $runs --delay-ms 0 --csv "$csv.part" >&2
   mv "$csv.part" "$csv"
 done
 
@@ -37,7 +37,7 @@ scenarios=$(tail -n +2 "$csv_dir/claims_100000.csv" | cut -d, -f1)
 for s in $scenarios; do
   echo "# $s" >>"$data"
   for n in 10000 100000 1000000; do
-    awk -F, -v s="$s" 'NR > 1 && $1 == s { print $(NF-11), $(NF-8), $(NF-7) }' "$csv_dir/claims_$n.csv"
+    awk -F, -v s="$s" 'NR > 1 && $1 == s { print $(NF-13), $(NF-10), $(NF-9) }' "$csv_dir/claims_$n.csv"
   done >>"$data"
   printf '\n\n' >>"$data"
 done
