@@ -103,45 +103,75 @@ const std::string& ClaimSql() {
   return sql;
 }
 
-// The claim. `one_at_a_time`: first wait for the queue's claim lock, so that
-// claims of one queue run one after another.
+// The claim head: the queue's claim lock, the pause check, the fence and
+// the session settings of a claim (see ClaimRun::Start).
+const std::string& HeadSql() {
+  static const std::string sql =
+      "SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true),"
+      " CASE WHEN $2 THEN pg_advisory_xact_lock(hashtextextended('akadze.claim_queue:' || $1, 0)) END,"
+      " EXISTS (SELECT 1 FROM akadze.queue_pauses WHERE queue = $1),"
+      " (SELECT reltuples::float8 FROM pg_class WHERE oid = 'akadze.jobs_claim_idx'::regclass),"
+      " " + LeaseFenceSql(3);
+  return sql;
+}
+
+// One claim: reads, key states, plan, the claiming statement; ClaimRun::Run
+// drives them. `one_at_a_time`: first wait for the queue's claim lock, so
+// that claims of one queue run one after another.
 //
 // Round trips of a claim that settles in one window (no aging): BEGIN, the
 // head and the first window with its keys' counts; the key locks and their
 // recount; the claiming statement with COMMIT (`end`). Each further window
 // adds its read and its keys' locks; aging adds the levels' read.
-ClaimOutcome Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end) {
-  ValidateClaimRequest(request);
-  const auto started = std::chrono::steady_clock::now();
-  const std::int64_t round_trips_before = tx.connection().round_trips();
-  ClaimOutcome outcome;
-  ClaimResult& result = outcome.result;
-  result.worker_id = request.worker_id.empty() ? RandomUuid() : request.worker_id;
-  // Ends the transaction when the claim owns its end and has not ended it.
-  auto finish = [&] {
-    if (end != ClaimEnd::kCaller && !outcome.ended) {
-      if (end == ClaimEnd::kCommit) {
-        tx.commit();
-      } else {
-        tx.rollback();
-      }
-      outcome.ended = true;
-    }
-    result.elapsed_ms = MillisecondsSince(started);
-    result.round_trips = static_cast<int>(tx.connection().round_trips() - round_trips_before);
-    return std::move(outcome);
-  };
+class ClaimRun {
+ public:
+  ClaimRun(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end)
+      : tx_(tx),
+        request_(request),
+        one_at_a_time_(one_at_a_time),
+        end_(end),
+        ctx_(MakeReadContext(request.queue, request.aging_us)),
+        round_trips_before_(tx.connection().round_trips()) {
+    result().worker_id = request.worker_id.empty() ? RandomUuid() : request.worker_id;
+    unlocked_.known = &known_keys_;
+  }
 
-  // RunClaim's claims of one queue run one at a time: each waits here, before
-  // it reads anything, for the queue's claim lock (a transaction-level
-  // advisory lock on 'akadze.claim_queue:' || queue), held to its COMMIT.
-  // Claims running side by side all read the same head of the queue; on the
-  // seed's load scenario (10 claimers, 20 keys under limits) they spent their
-  // time on rows and keys the others had just taken: 511 jobs/s against 919
-  // one at a time (docs/benchmarks.md, "The seed's load scenario").
-  // The lock is waited for first, holding nothing else, so it adds no
-  // deadlock: a claim waits for a key lock only while holding no key or row
-  // lock, and never waits for a queue lock after taking a key.
+  ClaimOutcome Run() {
+    if (Start()) {
+      for (;;) {
+        ReadRound();
+        SetKeyStates();
+        step_ = planner_->Plan();
+        if (!step_.settled) {
+          reads_ = std::move(step_.reads);
+          catch_ups_ = std::move(step_.catch_ups);
+          continue;
+        }
+        if (step_.plan.empty() || ClaimPlan()) break;
+      }
+    }
+    return Finish();
+  }
+
+ private:
+  ClaimResult& result() { return outcome_.result; }
+
+  // The first round trip: BEGIN (if the transaction defers it), the head
+  // and the first read (the levels with aging, else the first window, whose
+  // rows go unused when the queue is paused or the fence holds). False when
+  // there is nothing to claim: fenced, paused, or (aging) no queued job.
+  //
+  // RunClaim's claims of one queue run one at a time: each waits in the
+  // head, before it reads anything, for the queue's claim lock (a
+  // transaction-level advisory lock on 'akadze.claim_queue:' || queue),
+  // held to its COMMIT. Claims running side by side all read the same head
+  // of the queue; on the seed's load scenario (10 claimers, 20 keys under
+  // limits) they spent their time on rows and keys the others had just
+  // taken: 511 jobs/s against 919 one at a time (docs/benchmarks.md, "The
+  // seed's load scenario"). The lock is waited for first, holding nothing
+  // else, so it adds no deadlock: a claim waits for a key lock only while
+  // holding no key or row lock, and never waits for a queue lock after
+  // taking a key.
   //
   // Window reads are small index range scans; a parallel plan chosen on a
   // bad row estimate only adds worker start-up (tens of ms) to a claim.
@@ -150,199 +180,188 @@ ClaimOutcome Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at
   // statement that runs in one. The planner's estimate of queued rows
   // (jobs_claim_idx's entries) comes along: it tells whether reading around
   // skipped groups can pay off.
-  const pg::Params head_params =
-      pg::Params().add(request.queue).add(one_at_a_time).add(request.lease_span_us).add(result.worker_id);
-  const std::string head_sql =
-      "SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true),"
-      " CASE WHEN $2 THEN pg_advisory_xact_lock(hashtextextended('akadze.claim_queue:' || $1, 0)) END,"
-      " EXISTS (SELECT 1 FROM akadze.queue_pauses WHERE queue = $1),"
-      " (SELECT reltuples::float8 FROM pg_class WHERE oid = 'akadze.jobs_claim_idx'::regclass),"
-      " " + LeaseFenceSql(3);
-
-  const ReadContext ctx = MakeReadContext(request.queue, request.aging_us);
-  ClaimPlannerOptions options;
-  options.mode = request.mode;
-  options.slots = request.slots;
-  if (request.aging_us) {
-    // A level is read only when the plan needs it, usually for a few rows:
-    // its first window is `slots` rows, doubling from there.
-    options.first_window = request.slots;
-  }
-  std::unordered_map<std::string, KeyInfo> keys;
-  std::vector<std::string> known_keys;  // keys' names, for the window reads' counts
-  UnlockedCounts unlocked;
-  unlocked.known = &known_keys;
-  // The first read goes with BEGIN and the head, in one round trip: the
-  // levels with aging, else the first window. Its rows are unused when the
-  // queue is paused or the fence holds.
-  std::optional<ClaimPlanner> planner;
-  std::optional<WindowReader> window_reader;
-  std::vector<ReadyRow> heads;  // with aging: each level's first row
-  pg::Result head;
-  std::vector<WindowRead> reads;
-  std::optional<WindowReader::Window> first_window;
-  if (request.aging_us) {
-    const pg::Statement levels = FindLevelsStatement(ctx);
-    const pg::PipelinedStatement first[] = {{head_sql, &head_params}, {levels.sql, &levels.params()}};
-    std::vector<pg::Result> got = tx.pipeline(first);
-    head = std::move(got[0]);
-    heads = LevelsFrom(got[1]);
-  } else {
-    planner.emplace(options);
-    reads = planner->FirstReads();
-    // No aging: one stream, and its first read has no frontier.
-    window_reader.emplace(tx, ctx, -1.0);
-    const pg::Statement window = window_reader->FirstStatement(reads.front(), unlocked);
-    const pg::PipelinedStatement first[] = {{head_sql, &head_params}, {window.sql, &window.params()}};
-    std::vector<pg::Result> got = tx.pipeline(first);
-    head = std::move(got[0]);
-    window_reader.emplace(tx, ctx, head.is_null(0, 4) ? -1.0 : head.float64(0, 4));
-    first_window = window_reader->ReadFirst(reads.front(), got[1], unlocked);
-  }
-  if (!head.boolean(0, 5)) {
-    result.fenced = true;
-    return finish();
-  }
-  if (head.boolean(0, 3)) {
-    result.paused = true;
-    return finish();
-  }
-  if (request.aging_us) {
-    if (heads.empty()) return finish();
-    // Without aging the queue is one stream; with aging each priority level
-    // is a stream of its own (within a level, effective priority never
-    // increases).
-    options.stream_count = static_cast<int>(heads.size());
-    planner.emplace(options);
-    // Each level's first row tells the planner where the level starts in
-    // claim order: levels that cannot reach the plan are never read.
-    for (std::size_t s = 0; s < heads.size(); ++s) planner->SetStreamStart(static_cast<int>(s), heads[s]);
-  }
-  result.streams = options.stream_count;
-  std::vector<std::string> locked_keys;
-  bool may_wait = true;
-  std::vector<CatchUpRead> catch_ups;
-  PlanStep step;
-  for (;;) {
-    for (const CatchUpRead& c : catch_ups) {
-      std::vector<ReadyRow> rows = ReadCatchUp(tx, ctx, c);
-      result.rows_read += static_cast<std::int64_t>(rows.size());
-      planner->AddCatchUp(c, rows);
+  bool Start() {
+    const pg::Params head_params = pg::Params()
+                                       .add(request_.queue)
+                                       .add(one_at_a_time_)
+                                       .add(request_.lease_span_us)
+                                       .add(result().worker_id);
+    ClaimPlannerOptions options;
+    options.mode = request_.mode;
+    options.slots = request_.slots;
+    pg::Result head;
+    if (request_.aging_us) {
+      const pg::Statement levels = FindLevelsStatement(ctx_);
+      const pg::PipelinedStatement first[] = {{HeadSql(), &head_params}, {levels.sql, &levels.params()}};
+      std::vector<pg::Result> got = tx_.pipeline(first);
+      head = std::move(got[0]);
+      levels_ = LevelsFrom(got[1]);
+      // Each priority level is a stream of its own (within a level,
+      // effective priority never increases), read only when the plan needs
+      // it, usually for a few rows: its first window is `slots` rows.
+      options.first_window = request_.slots;
+      options.stream_count = static_cast<int>(std::max<std::size_t>(1, levels_.size()));
+      planner_.emplace(options);
+    } else {
+      // No aging: the queue is one stream, and its first read has no
+      // frontier.
+      planner_.emplace(options);
+      reads_ = planner_->FirstReads();
+      const pg::Statement window = WindowReader::FirstStatement(ctx_, reads_.front(), unlocked_);
+      const pg::PipelinedStatement first[] = {{HeadSql(), &head_params}, {window.sql, &window.params()}};
+      std::vector<pg::Result> got = tx_.pipeline(first);
+      head = std::move(got[0]);
+      window_reader_.emplace(tx_, ctx_, head.is_null(0, 4) ? -1.0 : head.float64(0, 4));
+      first_window_ = window_reader_->ReadFirst(reads_.front(), got[1], unlocked_);
     }
-    if (!reads.empty()) {
+    if (!head.boolean(0, 5)) {
+      result().fenced = true;
+      return false;
+    }
+    if (head.boolean(0, 3)) {
+      result().paused = true;
+      return false;
+    }
+    result().streams = options.stream_count;
+    if (request_.aging_us) {
+      if (levels_.empty()) return false;
+      // Each level's first row tells the planner where the level starts in
+      // claim order: levels that cannot reach the plan are never read.
+      for (std::size_t s = 0; s < levels_.size(); ++s) planner_->SetStreamStart(static_cast<int>(s), levels_[s]);
+    }
+    return true;
+  }
+
+  // The catch-ups and windows the planner asked for, into the planner.
+  void ReadRound() {
+    for (const CatchUpRead& c : catch_ups_) {
+      std::vector<ReadyRow> rows = ReadCatchUp(tx_, ctx_, c);
+      result().rows_read += static_cast<std::int64_t>(rows.size());
+      planner_->AddCatchUp(c, rows);
+    }
+    if (!reads_.empty()) {
       std::vector<WindowReader::Window> windows;
-      if (first_window) {
-        windows.push_back(std::move(*first_window));
-        first_window.reset();
-      } else if (request.aging_us) {
-        for (std::vector<ReadyRow>& rows : ReadLevelWindows(tx, ctx, heads, reads, unlocked)) {
+      if (first_window_) {
+        windows.push_back(std::move(*first_window_));
+        first_window_.reset();
+      } else if (request_.aging_us) {
+        for (std::vector<ReadyRow>& rows : ReadLevelWindows(tx_, ctx_, levels_, reads_, unlocked_)) {
           windows.push_back(WindowReader::Window{std::move(rows), false, false});
         }
-        for (std::size_t i = 0; i < reads.size(); ++i) {
-          windows[i].exhausted = static_cast<std::int64_t>(windows[i].rows.size()) < reads[i].limit;
+        for (std::size_t i = 0; i < reads_.size(); ++i) {
+          windows[i].exhausted = static_cast<std::int64_t>(windows[i].rows.size()) < reads_[i].limit;
         }
       } else {
-        for (const WindowRead& w : reads) windows.push_back(window_reader->Read(w, unlocked));
+        for (const WindowRead& w : reads_) windows.push_back(window_reader_->Read(w, unlocked_));
       }
-      for (std::size_t i = 0; i < reads.size(); ++i) {
-        ++result.windows;
-        if (windows[i].keyed) ++result.keyed_windows;
-        result.rows_read += static_cast<std::int64_t>(windows[i].rows.size());
-        planner->AddWindow(reads[i], windows[i].rows, windows[i].exhausted);
+      for (std::size_t i = 0; i < reads_.size(); ++i) {
+        ++result().windows;
+        if (windows[i].keyed) ++result().keyed_windows;
+        result().rows_read += static_cast<std::int64_t>(windows[i].rows.size());
+        planner_->AddWindow(reads_[i], windows[i].rows, windows[i].exhausted);
       }
     }
     // Rows this claim must not take are passed over as if another claim had
     // locked them, before they are planned.
-    if (!request.exclude_ids.empty()) planner->RemoveRows(request.exclude_ids);
+    if (!request_.exclude_ids.empty()) planner_->RemoveRows(request_.exclude_ids);
+  }
+
+  void SetKeyState(const std::string& key, const KeyInfo& info) {
+    keys_[key] = info;
+    known_keys_.push_back(key);
+    planner_->SetKeyAllowed(key, info.allowed);
+  }
+
+  // How many jobs each newly seen key may start in this claim.
+  void SetKeyStates() {
     // Keys the keyed read enumerated: those held or at their limit in a
     // count without locks get n = 0 now, as they would when their rows are
     // seen, so the next window skips them before reading any of their rows.
-    if (window_reader) {
-      if (std::vector<std::string> enumerated = window_reader->TakeEnumeratedKeys(); !enumerated.empty()) {
-        std::erase_if(enumerated, [&](const std::string& k) { return keys.contains(k); });
-        for (auto& [key, info] : CountKeys(tx, enumerated)) {
-          if (info.allowed > 0) continue;
-          keys[key] = KeyInfo{0, false};
-          known_keys.push_back(key);
-          planner->SetKeyAllowed(key, 0);
+    if (window_reader_) {
+      if (std::vector<std::string> enumerated = window_reader_->TakeEnumeratedKeys(); !enumerated.empty()) {
+        std::erase_if(enumerated, [&](const std::string& k) { return keys_.contains(k); });
+        for (auto& [key, info] : CountKeys(tx_, enumerated)) {
+          if (info.allowed <= 0) SetKeyState(key, KeyInfo{0, false});
         }
       }
     }
-    // Keys first seen: those a count without locks found held or at their
-    // limit are skipped unlocked; the others are locked and counted again.
-    if (std::vector<std::string> fresh = planner->KeysNeedingState(); !fresh.empty()) {
-      std::vector<std::string> to_lock;
-      for (const std::string& key : fresh) {
-        auto it = unlocked.counts.find(key);
-        if (it != unlocked.counts.end() && it->second.allowed <= 0) {
-          keys[key] = KeyInfo{0, false};
-          known_keys.push_back(key);
-          planner->SetKeyAllowed(key, 0);
-        } else {
-          to_lock.push_back(key);
-        }
-      }
-      auto info = LockAndCountKeys(tx, to_lock, &may_wait, &result.keys_locked_elsewhere, &locked_keys);
-      for (const std::string& key : to_lock) {
-        keys[key] = info[key];
-        known_keys.push_back(key);
-        planner->SetKeyAllowed(key, info[key].allowed);
+    // Keys first seen in rows: those a count without locks found held or at
+    // their limit are skipped unlocked; the others are locked and counted
+    // again (one round trip).
+    std::vector<std::string> fresh = planner_->KeysNeedingState();
+    if (fresh.empty()) return;
+    std::vector<std::string> to_lock;
+    for (const std::string& key : fresh) {
+      auto it = unlocked_.counts.find(key);
+      if (it != unlocked_.counts.end() && it->second.allowed <= 0) {
+        SetKeyState(key, KeyInfo{0, false});
+      } else {
+        to_lock.push_back(key);
       }
     }
-    step = planner->Plan();
-    if (!step.settled) {
-      reads = std::move(step.reads);
-      catch_ups = std::move(step.catch_ups);
-      continue;
-    }
-    if (step.plan.empty()) break;
-    ++result.lock_rounds;
+    auto info = LockAndCountKeys(tx_, to_lock, &may_wait_, &result().keys_locked_elsewhere, &locked_keys_);
+    for (const std::string& key : to_lock) SetKeyState(key, info[key]);
+  }
+
+  // Runs the claiming statement for the settled plan (ending the
+  // transaction with it unless the caller ends it). True when the claim is
+  // over; false when other transactions hold planned rows and the claim
+  // must plan again without them.
+  //
+  // A planned row whose run_count or attempt is at int4's maximum cannot
+  // run: its fencing token (run_count + 1) or its attempt number cannot be
+  // written. It is failed here as Unprocessable, its counters untouched,
+  // instead of failing the statement for the rows beside it (which wedged
+  // the queue). It counts no start and holds no slot. The fence is checked
+  // again as this statement runs: the lease may have run out since the
+  // head (a cut between the two), and nothing is claimed then.
+  bool ClaimPlan() {
+    ++result().lock_rounds;
     // The keys whose claimed jobs each leave a start mark.
     std::vector<std::string> start_marks;
-    for (std::int64_t id : step.plan) {
-      const ReadyRow* row = planner->Find(id);
-      if (row->limit_key && keys[*row->limit_key].records_starts &&
+    for (std::int64_t id : step_.plan) {
+      const ReadyRow* row = planner_->Find(id);
+      if (row->limit_key && keys_[*row->limit_key].records_starts &&
           std::find(start_marks.begin(), start_marks.end(), *row->limit_key) == start_marks.end()) {
         start_marks.push_back(*row->limit_key);
       }
     }
-    // A planned row whose run_count or attempt is at int4's maximum cannot
-    // run: its fencing token (run_count + 1) or its attempt number cannot be
-    // written. It is failed here as Unprocessable, its counters untouched,
-    // instead of failing the statement for the rows beside it (which wedged
-    // the queue). It counts no start and holds no slot.
-    // The fence again, as this statement runs: the lease may have run out
-    // since the head (a cut between the two), and nothing is claimed then.
     pg::Params params;
-    params.add_array(step.plan).add(result.worker_id).add_array(start_marks);
-    params.add(request.lease_span_us).add(result.worker_id);
-    params.add(request.queue).add_array(request.exclude_ids).add_array(locked_keys);
+    params.add_array(step_.plan).add(result().worker_id).add_array(start_marks);
+    params.add(request_.lease_span_us).add(result().worker_id);
+    params.add(request_.queue).add_array(request_.exclude_ids).add_array(locked_keys_);
     const pg::PipelinedStatement claim_statement{ClaimSql(), &params};
     pg::Result claimed;
-    if (end == ClaimEnd::kCaller) {
-      claimed = std::move(tx.pipeline(std::span(&claim_statement, 1)).front());
+    if (end_ == ClaimEnd::kCaller) {
+      claimed = std::move(tx_.pipeline(std::span(&claim_statement, 1)).front());
     } else {
-      claimed = std::move(tx.end_after(std::span(&claim_statement, 1), end == ClaimEnd::kCommit).front());
-      outcome.ended = true;
+      claimed = std::move(tx_.end_after(std::span(&claim_statement, 1), end_ == ClaimEnd::kCommit).front());
+      outcome_.ended = true;
     }
     const int runnable_column = JobRowColumnCount(kJobRowForClaim);
     if (!claimed.boolean(0, runnable_column + 1)) {
       // Only the fence leaves every planned row unchanged.
-      result.fenced = true;
-      break;
+      result().fenced = true;
+      return true;
     }
     if (std::vector<std::int64_t> missing = claimed.int64_array(0, runnable_column + 2); !missing.empty()) {
       // Another transaction holds or took planned rows: nothing was claimed.
-      if (outcome.ended) {
-        outcome.taken_elsewhere = std::move(missing);
-        break;
+      if (outcome_.ended) {
+        outcome_.taken_elsewhere = std::move(missing);
+        return true;
       }
-      // Plan again without them.
-      planner->RemoveRows(missing);
-      reads.clear();
-      catch_ups.clear();
-      continue;
+      planner_->RemoveRows(missing);
+      reads_.clear();
+      catch_ups_.clear();
+      return false;
     }
+    TakeClaimed(claimed, runnable_column);
+    return true;
+  }
+
+  // The claimed (and Unprocessable) jobs of the claiming statement's result,
+  // in plan order.
+  void TakeClaimed(const pg::Result& claimed, int runnable_column) {
     std::unordered_map<std::int64_t, ClaimedJob> by_id;
     for (int i = 0; i < claimed.rows(); ++i) {
       if (claimed.is_null(i, 0)) continue;  // the fence's row alone
@@ -353,7 +372,7 @@ ClaimOutcome Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at
       job.queue = std::move(row.queue);
       job.limit_key = std::move(row.limit_key);
       if (!claimed.boolean(i, runnable_column)) {
-        result.unprocessable.push_back(std::move(job));
+        result().unprocessable.push_back(std::move(job));
         continue;
       }
       job.priority = row.priority;
@@ -361,20 +380,59 @@ ClaimOutcome Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at
       job.max_attempts = row.max_attempts;
       job.run_count = row.run_count;
       job.args_json = std::move(row.args_json);
-      job.effective_priority = planner->Find(job.id)->effective;
+      job.effective_priority = planner_->Find(job.id)->effective;
       by_id.emplace(job.id, std::move(job));
     }
     // Every planned row is claimed or failed; anything else is a planner
     // bug, and the claim must not commit.
-    if (by_id.size() + result.unprocessable.size() != step.plan.size()) {
+    if (by_id.size() + result().unprocessable.size() != step_.plan.size()) {
       throw std::logic_error("claim planner lost a planned row; claim rolled back");
     }
-    for (std::int64_t id : step.plan) {
-      if (auto it = by_id.find(id); it != by_id.end()) result.jobs.push_back(std::move(it->second));
+    for (std::int64_t id : step_.plan) {
+      if (auto it = by_id.find(id); it != by_id.end()) result().jobs.push_back(std::move(it->second));
     }
-    break;
   }
-  return finish();
+
+  // Ends the transaction when the claim owns its end and has not ended it.
+  ClaimOutcome Finish() {
+    if (end_ != ClaimEnd::kCaller && !outcome_.ended) {
+      if (end_ == ClaimEnd::kCommit) {
+        tx_.commit();
+      } else {
+        tx_.rollback();
+      }
+      outcome_.ended = true;
+    }
+    result().elapsed_ms = MillisecondsSince(started_);
+    result().round_trips = static_cast<int>(tx_.connection().round_trips() - round_trips_before_);
+    return std::move(outcome_);
+  }
+
+  pg::Transaction& tx_;
+  const ClaimRequest& request_;
+  const bool one_at_a_time_;
+  const ClaimEnd end_;
+  const ReadContext ctx_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  const std::int64_t round_trips_before_;
+  ClaimOutcome outcome_;
+  std::optional<ClaimPlanner> planner_;
+  std::optional<WindowReader> window_reader_;  // no aging
+  std::vector<ReadyRow> levels_;                // with aging: each level's first row
+  std::optional<WindowReader::Window> first_window_;  // read with the head, not yet given to the planner
+  std::vector<WindowRead> reads_;
+  std::vector<CatchUpRead> catch_ups_;
+  PlanStep step_;
+  std::unordered_map<std::string, KeyInfo> keys_;
+  std::vector<std::string> known_keys_;  // keys' names, for the window reads' counts
+  UnlockedCounts unlocked_;
+  std::vector<std::string> locked_keys_;
+  bool may_wait_ = true;
+};
+
+ClaimOutcome Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end) {
+  ValidateClaimRequest(request);
+  return ClaimRun(tx, request, one_at_a_time, end).Run();
 }
 
 }  // namespace

@@ -308,8 +308,9 @@ WindowReader::Window WindowReader::Read(const WindowRead& read, UnlockedCounts& 
   return w;
 }
 
-pg::Statement WindowReader::FirstStatement(const WindowRead& read, const UnlockedCounts& counts) const {
-  return WindowStatement(ctx_, read, counts);
+pg::Statement WindowReader::FirstStatement(const ReadContext& ctx, const WindowRead& read,
+                                           const UnlockedCounts& counts) {
+  return WindowStatement(ctx, read, counts);
 }
 
 WindowReader::Window WindowReader::ReadFirst(const WindowRead& read, const pg::Result& result,

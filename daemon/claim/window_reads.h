@@ -63,7 +63,7 @@ class WindowReader {
   Window Read(const WindowRead& read, UnlockedCounts& counts);
   // The claim's first window (read.after unset: through jobs_claim_idx) as
   // a statement, to send along with others; ReadFirst() takes its result.
-  pg::Statement FirstStatement(const WindowRead& read, const UnlockedCounts& counts) const;
+  static pg::Statement FirstStatement(const ReadContext& ctx, const WindowRead& read, const UnlockedCounts& counts);
   Window ReadFirst(const WindowRead& read, const pg::Result& result, UnlockedCounts& counts);
 
   // The queue's keys, once, when the first keyed read enumerated them (then
