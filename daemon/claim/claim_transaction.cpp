@@ -338,6 +338,9 @@ class ClaimRun {
       claimed = std::move(tx_.end_after(std::span(&claim_statement, 1), end_ == ClaimEnd::kCommit).front());
       outcome_.ended = true;
     }
+    // It locked rows (those it could): from now on no key lock may wait, so
+    // a claim never waits while holding a row another claim may wait for.
+    may_wait_ = false;
     const int runnable_column = JobRowColumnCount(kJobRowForClaim);
     if (!claimed.boolean(0, runnable_column + 1)) {
       // Only the fence leaves every planned row unchanged.
@@ -355,7 +358,18 @@ class ClaimRun {
       catch_ups_.clear();
       return false;
     }
-    TakeClaimed(claimed, runnable_column);
+    if (!outcome_.ended || end_ != ClaimEnd::kCommit) {
+      TakeClaimed(claimed, runnable_column);
+      return true;
+    }
+    // Committed: its jobs are running under this worker. A result that
+    // cannot be read then is reported as a claim in doubt, whose jobs the
+    // claim loop releases (docs/reliability.md), not left to the rescue.
+    try {
+      TakeClaimed(claimed, runnable_column);
+    } catch (const std::exception& e) {
+      throw pg::InDoubtError(std::string("claim committed, but its result could not be read: ") + e.what(), "");
+    }
     return true;
   }
 
@@ -384,7 +398,8 @@ class ClaimRun {
       by_id.emplace(job.id, std::move(job));
     }
     // Every planned row is claimed or failed; anything else is a planner
-    // bug, and the claim must not commit.
+    // bug (the claim rolls back, or, committed already, is reported in
+    // doubt and its jobs released).
     if (by_id.size() + result().unprocessable.size() != step_.plan.size()) {
       throw std::logic_error("claim planner lost a planned row; claim rolled back");
     }

@@ -253,21 +253,32 @@ Result Connection::Await(int sent, std::string_view sql, bool during_commit) {
 }
 
 std::vector<Result> Connection::pipeline(std::span<const PipelinedStatement> statements, bool during_commit) {
+  failed_statement_ = -1;
   if (statements.empty()) return {};
-  const Exchange first = StartExchange(statements.front().sql, during_commit);
+  if (!conn_) StartExchange(statements.front().sql, during_commit);  // throws: closed earlier
+  // Checked before anything is queued: a throw after PQenterPipelineMode
+  // would leave statements queued on the connection.
+  for (const PipelinedStatement& s : statements) {
+    if (s.params != nullptr && s.params->type_oids() != nullptr && s.params->type_count() != s.params->size()) {
+      throw std::invalid_argument("pg::Params: " + std::to_string(s.params->type_count()) +
+                                  " types declared for " + std::to_string(s.params->size()) + " values");
+    }
+  }
   // Whether statements may be prepared is asked before the pipeline starts
   // (pooled() is a round trip of its own, once per connection).
   const bool any_prepared = std::any_of(statements.begin(), statements.end(),
                                         [](const PipelinedStatement& s) { return s.params && s.prepare; });
   if (any_prepared && prepare_ && pooled()) prepare_ = false;
+  const Exchange first = StartExchange(statements.front().sql, during_commit);
   PGconn* c = conn_.get();
-  if (PQenterPipelineMode(c) != 1) ThrowForResult(c, nullptr, "pipeline failed", during_commit);
+  if (PQenterPipelineMode(c) != 1) ThrowForResult(c, nullptr, "pipeline failed", false);
   // What each statement sent: a Prepare first (its hash) or not.
   struct Sent {
     std::string_view sql;
     std::optional<std::uint64_t> prepares;
   };
   std::vector<Sent> sent;
+  std::unordered_set<std::uint64_t> preparing;  // prepared by this pipeline: sent once
   for (const PipelinedStatement& s : statements) {
     const std::string text(s.sql);
     int ok = 0;
@@ -276,14 +287,10 @@ std::vector<Result> Connection::pipeline(std::span<const PipelinedStatement> sta
       ok = PQsendQueryParams(c, text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0);
     } else {
       const Params& params = *s.params;
-      if (params.type_oids() != nullptr && params.type_count() != params.size()) {
-        PQexitPipelineMode(c);
-        throw std::invalid_argument("pg::Params: " + std::to_string(params.type_count()) +
-                                    " types declared for " + std::to_string(params.size()) + " values");
-      }
       std::vector<const char*> values = params.pointers();
       const std::uint64_t hash = StatementHash(s.sql, params);
-      const bool named = s.prepare && prepare_ && (prepared_.contains(hash) || prepared_.size() < kMaxPrepared);
+      const bool known = prepared_.contains(hash) || preparing.contains(hash);
+      const bool named = s.prepare && prepare_ && (known || prepared_.size() + preparing.size() < kMaxPrepared);
       if (!named) {
         ok = PQsendQueryParams(c, text.c_str(), params.size(), params.type_oids(), values.data(), nullptr,
                                nullptr, 0);
@@ -291,18 +298,22 @@ std::vector<Result> Connection::pipeline(std::span<const PipelinedStatement> sta
         char name[32];
         std::snprintf(name, sizeof name, "akadzed_%016llx", static_cast<unsigned long long>(hash));
         ok = 1;
-        if (!prepared_.contains(hash)) {
+        if (!known) {
           const int types = params.type_oids() != nullptr ? params.type_count() : 0;
           ok = PQsendPrepare(c, name, text.c_str(), types, params.type_oids());
           item.prepares = hash;
+          preparing.insert(hash);
         }
         if (ok != 0) ok = PQsendQueryPrepared(c, name, params.size(), values.data(), nullptr, nullptr, 0);
       }
     }
-    if (ok == 0) Drop(s.sql, false, std::string(PQerrorMessage(c)) + "; connection closed");
+    // A failed send: the connection cannot be used again. What went out
+    // before may include a COMMIT the server runs without waiting for the
+    // Sync.
+    if (ok == 0) Drop(s.sql, during_commit, std::string(PQerrorMessage(c)) + "; connection closed");
     sent.push_back(item);
   }
-  if (PQpipelineSync(c) == 0) Drop(first.sql, false, std::string(PQerrorMessage(c)) + "; connection closed");
+  if (PQpipelineSync(c) == 0) Drop(first.sql, during_commit, std::string(PQerrorMessage(c)) + "; connection closed");
   ++round_trips_;
   FlushSent(first);
   std::vector<Result> out;
@@ -320,7 +331,8 @@ std::vector<Result> Connection::pipeline(std::span<const PipelinedStatement> sta
     }
     return kept;
   };
-  for (const Sent& item : sent) {
+  for (std::size_t index = 0; index < sent.size(); ++index) {
+    const Sent& item = sent[index];
     const Exchange x{item.sql, during_commit, first.deadline};
     for (int part = item.prepares ? 0 : 1; part < 2; ++part) {
       Result r = read_one(x);
@@ -330,6 +342,7 @@ std::vector<Result> Connection::pipeline(std::span<const PipelinedStatement> sta
       if (failed && error.raw() == nullptr) {
         error = std::move(r);
         error_sql = item.sql;
+        failed_statement_ = static_cast<int>(index);
       } else if (part == 0 && status == PGRES_COMMAND_OK) {
         prepared_.insert(*item.prepares);
       } else if (part == 1) {
@@ -352,7 +365,8 @@ std::vector<Result> Connection::pipeline(std::span<const PipelinedStatement> sta
     }
     // Only the COMMIT's own failure leaves its outcome unknown: a statement
     // before it failed, and the server skipped the COMMIT.
-    check(std::move(error), error_sql, during_commit && error_sql.data() == statements.back().sql.data());
+    check(std::move(error), error_sql,
+          during_commit && failed_statement_ == static_cast<int>(statements.size()) - 1);
   }
   return out;
 }

@@ -111,6 +111,9 @@ class Connection {
   // skips the rest; throws the first error, as exec() would. `during_commit`:
   // the statements end with COMMIT, and a lost connection is InDoubtError.
   std::vector<Result> pipeline(std::span<const PipelinedStatement> statements, bool during_commit = false);
+  // After pipeline() threw the server's error: the index of the statement
+  // that failed; -1 otherwise (the connection, or nothing, failed).
+  int failed_statement() const { return failed_statement_; }
 
   // Round trips to the server so far: each exec() and pipeline() is one (a
   // statement's first exec() two: it is prepared first).
@@ -171,6 +174,7 @@ class Connection {
   bool prepare_ = true;         // false once pooled, or once a prepared statement failed
   std::unordered_set<std::uint64_t> prepared_;  // statement hashes prepared here
   std::int64_t round_trips_ = 0;
+  int failed_statement_ = -1;  // see failed_statement()
 };
 
 }  // namespace akadzed::pg

@@ -64,7 +64,15 @@ Transaction::Transaction(Connection& conn, std::string_view begin_sql, Begin whe
 }
 
 std::vector<Result> Transaction::Pipeline(std::span<const PipelinedStatement> statements, bool during_commit) {
-  if (!begin_pending_) return conn_.pipeline(statements, during_commit);
+  failed_statement_ = -1;
+  if (!begin_pending_) {
+    try {
+      return conn_.pipeline(statements, during_commit);
+    } catch (const PgError&) {
+      failed_statement_ = conn_.failed_statement();
+      throw;
+    }
+  }
   begin_pending_ = false;
   for (;;) {
     const bool check_interval = conn_.bounds_.stall.count() > 0 && !conn_.check_interval_refused_ &&
@@ -77,10 +85,14 @@ std::vector<Result> Transaction::Pipeline(std::span<const PipelinedStatement> st
       std::vector<Result> results = conn_.pipeline(all, during_commit);
       results.erase(results.begin(), results.begin() + static_cast<std::ptrdiff_t>(begin.size()));
       return results;
-    } catch (const SqlError& e) {
-      // As in the constructor: the setting failed, so nothing after it ran;
-      // begin again without it.
-      if (!check_interval || e.sqlstate() != "22023") throw;
+    } catch (const std::invalid_argument&) {
+      begin_pending_ = true;  // refused before anything was sent
+      throw;
+    } catch (const PgError& e) {
+      failed_statement_ = conn_.failed_statement() - static_cast<int>(begin.size());
+      // As in the constructor: the settings statement failed, so nothing
+      // after it ran; begin again without the one setting it may refuse.
+      if (!check_interval || e.sqlstate() != "22023" || conn_.failed_statement() != 1) throw;
       conn_.check_interval_refused_ = true;
       conn_.exec("ROLLBACK");
     }
@@ -89,8 +101,23 @@ std::vector<Result> Transaction::Pipeline(std::span<const PipelinedStatement> st
 
 Result Transaction::exec(std::string_view sql) {
   if (!begin_pending_) return conn_.exec(sql);
-  const PipelinedStatement one{sql};
-  return std::move(Pipeline(std::span(&one, 1), false).front());
+  // Simple query protocol, as exec(sql) is (it may carry several
+  // statements): BEGIN and the settings ride in the same query string.
+  begin_pending_ = false;
+  const bool check_interval = conn_.bounds_.stall.count() > 0 && !conn_.check_interval_refused_ &&
+                              PQserverVersion(conn_.raw()) >= 140000;
+  if (check_interval) {
+    try {
+      return conn_.exec(Joined(BeginStatements(true)) + "; " + std::string(sql));
+    } catch (const SqlError& e) {
+      // As in the constructor; nothing of the query took effect (it failed
+      // in a transaction block): begin again without the setting.
+      if (e.sqlstate() != "22023") throw;
+      conn_.check_interval_refused_ = true;
+      conn_.exec("ROLLBACK");
+    }
+  }
+  return conn_.exec(Joined(BeginStatements(false)) + "; " + std::string(sql));
 }
 
 Result Transaction::exec(std::string_view sql, const Params& params) {
@@ -107,7 +134,15 @@ std::vector<Result> Transaction::end_after(std::span<const PipelinedStatement> s
   if (!open_) throw std::logic_error("pg::Transaction::end_after: the transaction has ended");
   std::vector<PipelinedStatement> all(statements.begin(), statements.end());
   all.push_back(PipelinedStatement{commit ? "COMMIT" : "ROLLBACK"});
-  std::vector<Result> results = Pipeline(all, commit);
+  std::vector<Result> results;
+  try {
+    results = Pipeline(all, commit);
+  } catch (const PgError&) {
+    // A COMMIT that failed ended the transaction on the server; a statement
+    // before it leaves it open (aborted) for the destructor's ROLLBACK.
+    if (failed_statement_ == static_cast<int>(all.size()) - 1) open_ = false;
+    throw;
+  }
   open_ = false;
   Result end = std::move(results.back());
   results.pop_back();

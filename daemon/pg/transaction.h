@@ -31,6 +31,8 @@ class Transaction {
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
 
+  // exec(sql) may carry several statements (simple query protocol), also
+  // with a deferred BEGIN.
   Result exec(std::string_view sql);
   Result exec(std::string_view sql, const Params& params);
   // Connection::pipeline() inside the transaction.
@@ -41,7 +43,8 @@ class Transaction {
   void rollback();
   // `statements`, then COMMIT (`commit`) or ROLLBACK, in one round trip;
   // their results. Throws as pipeline() and commit() do; when a statement
-  // fails, the transaction is still open (the destructor rolls it back).
+  // before the COMMIT fails, the transaction is still open (the destructor
+  // rolls it back).
   std::vector<Result> end_after(std::span<const PipelinedStatement> statements, bool commit);
   Connection& connection() { return conn_; }
 
@@ -57,6 +60,7 @@ class Transaction {
   std::string begin_sql_;
   bool begin_pending_ = false;  // Begin::kWithFirstStatement, nothing sent yet
   bool open_ = true;
+  int failed_statement_ = -1;   // of the last Pipeline() that threw the server's error, in its `statements`
 };
 
 }  // namespace akadzed::pg

@@ -582,6 +582,26 @@ TEST_CASE("pg: a deferred BEGIN rides with the first statement; end_after commit
     CHECK(Count(other, "t") == 2);
   }
 
+  SECTION("a pipeline refused before it is sent (bad Params) leaves the connection usable") {
+    {
+      Transaction tx(conn, "BEGIN", Transaction::Begin::kWithFirstStatement);
+      Params bad = Params().add(1).types({23, 23});
+      const pg::PipelinedStatement one{"SELECT $1::int", &bad};
+      CHECK_THROWS_AS(tx.pipeline(std::span(&one, 1)), std::invalid_argument);
+      tx.exec("INSERT INTO t VALUES (7)");
+      tx.commit();
+    }
+    CHECK(TxStatus(conn) == PQTRANS_IDLE);
+    CHECK(Count(other, "t") == 1);
+    CHECK(conn.exec("SELECT 8").int64(0, 0) == 8);
+  }
+
+  SECTION("several statements in one exec() with a deferred BEGIN") {
+    Transaction tx(conn, "BEGIN", Transaction::Begin::kWithFirstStatement);
+    CHECK(tx.exec("INSERT INTO t VALUES (9); SELECT count(*) FROM t").int64(0, 0) == 1);
+    CHECK(tx.exec("SHOW lock_timeout").text(0, 0) == "800ms");
+  }
+
   SECTION("nothing sent: commit and rollback send nothing") {
     const std::int64_t before = conn.round_trips();
     {

@@ -482,8 +482,8 @@ bool BlackholeProxy::Pump(Conn& c) {
   }
   // A side that errored (reset, refused): the other side gets what is
   // pending for it, then the whole connection closes.
-  if (c.client_err && (c.to_server.empty() || c.server_err || c.server < 0)) return false;
-  if (c.server_err && c.to_client.empty()) return false;
+  if (c.client_err && ((c.to_server.empty() && c.c_delayed.empty()) || c.server_err || c.server < 0)) return false;
+  if (c.server_err && c.to_client.empty() && c.s_delayed.empty()) return false;
   // Half-closes, in order after the bytes.
   const bool c2s_done =
       (c.client_eof || c.client_err) && c.c_in.empty() && c.c_delayed.empty() && c.to_server.empty();
