@@ -79,8 +79,8 @@ std::vector<ReadyRow> ToRows(const pg::Result& r, int first_column = 0) {
   return rows;
 }
 
-// `window_sql` (a read whose columns are `lead` leading ones, then
-// RowColumns()) with the counts without locks of the keys it returns that
+// `window_sql` (a read whose columns end with RowColumns(), after any
+// leading ones) with the counts without locks of the keys it returns that
 // `counts.known` does not hold, as kKeyCountColumns more columns (NULL on
 // rows of known keys and of the NULL group), ordered by `order_by`.
 std::string WithUnlockedCounts(Statement& st, const std::string& window_sql, const std::string& order_by,
