@@ -83,6 +83,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -475,10 +476,19 @@ Row Measure(pg::Connection& conn, pg::Connection* delayed, const Scenario& sc, c
   return row;
 }
 
+// A whole auto_explain plan, as the server sent it, on stderr (the
+// connection's own notice receiver logs notices cut to one line of 500 bytes).
+extern "C" void PrintWholeNotice(void* /*arg*/, const PGresult* notice) {
+  const char* text = PQresultErrorMessage(notice);
+  if (text != nullptr) std::fputs(text, stderr);
+}
+
 // One more (untimed) dry-run claim with auto_explain logging every statement
-// of at least `min_ms` ms with EXPLAIN (ANALYZE, BUFFERS) to this client;
-// libpq's default notice processor prints the plans on stderr.
+// of at least `min_ms` ms with EXPLAIN (ANALYZE, BUFFERS) to this client,
+// whole, on stderr.
 void Explain(pg::Connection& conn, const Scenario& sc, const Settings& st) {
+  // The connection's receiver takes no argument (pg/connection.cpp).
+  const PQnoticeReceiver logged = PQsetNoticeReceiver(conn.raw(), PrintWholeNotice, nullptr);
   conn.exec("LOAD 'auto_explain'");
   conn.exec(fmt::format(
       "SET auto_explain.log_min_duration = {}; SET auto_explain.log_analyze = on;"
@@ -489,6 +499,7 @@ void Explain(pg::Connection& conn, const Scenario& sc, const Settings& st) {
             << " ms), scenario " << sc.name << " ----" << std::endl;
   akadzed::RunClaim(conn, ClaimFor(sc, st));
   conn.exec("SET client_min_messages = notice; SET auto_explain.log_min_duration = -1");
+  PQsetNoticeReceiver(conn.raw(), logged, nullptr);
   std::cerr << "---- end of auto_explain, scenario " << sc.name << " ----" << std::endl;
 }
 

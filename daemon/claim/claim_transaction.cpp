@@ -208,11 +208,11 @@ class ClaimRun {
       planner_.emplace(options);
       reads_ = planner_->FirstReads();
       const pg::Statement window = WindowReader::FirstStatement(ctx_, reads_.front(), unlocked_);
-      const pg::PipelinedStatement first[] = {{HeadSql(), &head_params}, {window.sql, &window.params()}};
+      const pg::PipelinedStatement first[] = {{HeadSql(), &head_params}, {window.sql, &window.params(), window.prepare()}};
       std::vector<pg::Result> got = tx_.pipeline(first);
       head = std::move(got[0]);
       window_reader_.emplace(tx_, ctx_, head.is_null(0, 4) ? -1.0 : head.float64(0, 4));
-      first_window_ = window_reader_->ReadFirst(reads_.front(), got[1], unlocked_);
+      first_window_ = window_reader_->FromResult(reads_.front(), got[1], unlocked_);
     }
     if (!head.boolean(0, 5)) {
       result().fenced = true;

@@ -59,7 +59,7 @@ std::string Timestamp(const std::string& param) {
 // The skip filter of a window.
 std::string SkipFilter(Statement& st, const std::vector<std::string>& keys, bool skip_null) {
   std::string out;
-  if (!keys.empty()) out += " AND (limit_key IS NULL OR limit_key <> ALL(" + st.bind_array(keys) + "::text[]))";
+  if (!keys.empty()) out += " AND (limit_key IS NULL OR limit_key <> ALL(" + st.bind_set(keys) + "::text[]))";
   if (skip_null) out += " AND limit_key IS NOT NULL";
   return out;
 }
@@ -86,7 +86,7 @@ std::vector<ReadyRow> ToRows(const pg::Result& r, int first_column = 0) {
 std::string WithUnlockedCounts(Statement& st, const std::string& window_sql, const std::string& order_by,
                                const UnlockedCounts& counts) {
   static const std::vector<std::string> kNone;
-  const std::string known = st.bind_array(counts.known ? *counts.known : kNone);
+  const std::string known = st.bind_set(counts.known ? *counts.known : kNone);
   return "WITH w AS MATERIALIZED (" + window_sql + "), c AS (" +
          KeyCountsSql("SELECT DISTINCT limit_key FROM w WHERE limit_key IS NOT NULL AND limit_key <> ALL(" +
                       known + "::text[])") +
@@ -200,7 +200,7 @@ std::optional<std::vector<ReadyRow>> EnumerateGroups(pg::Transaction& tx, const 
            " UNION ALL"
            " (SELECT " + RowColumns(st, ctx, "j") + " FROM akadze.jobs j WHERE j.queue = " + queue +
            "  AND j.state = 'queued' AND j.limit_key IS NULL ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)";
-  std::vector<ReadyRow> starts = ToRows(tx.exec(st.sql, st.params()));
+  std::vector<ReadyRow> starts = ToRows(tx.exec(st));
   const auto keys = std::count_if(starts.begin(), starts.end(), [](const ReadyRow& r) { return r.limit_key.has_value(); });
   if (keys > max_groups) return std::nullopt;
   return starts;
@@ -238,7 +238,7 @@ std::vector<std::vector<ReadyRow>> ReadGroupRanges(pg::Transaction& tx, const Re
   }
   for (std::size_t i = 0; i < parts.size(); ++i) st.sql += (i ? " UNION ALL " : "") + parts[i];
   st.sql = "SELECT * FROM (" + st.sql + ") x ORDER BY 1, priority DESC, run_at_us, id";
-  pg::Result r = tx.exec(st.sql, st.params());
+  pg::Result r = tx.exec(st);
   // Group n (1-based, in `keys` order) or 0 (NULL) back to the caller's order.
   std::vector<std::size_t> slot_of_n(keys.size() + 1, 0);
   {
@@ -284,7 +284,7 @@ WindowReader::WindowReader(pg::Transaction& tx, const ReadContext& ctx, double q
 WindowReader::Window WindowReader::Read(const WindowRead& read, UnlockedCounts& counts) {
   if (!UseKeyed(read)) {
     const Statement st = WindowStatement(ctx_, read, counts);
-    return ReadFirst(read, tx_.exec(st.sql, st.params()), counts);
+    return FromResult(read, tx_.exec(st), counts);
   }
   Window w;
   w.keyed = true;
@@ -313,7 +313,7 @@ pg::Statement WindowReader::FirstStatement(const ReadContext& ctx, const WindowR
   return WindowStatement(ctx, read, counts);
 }
 
-WindowReader::Window WindowReader::ReadFirst(const WindowRead& read, const pg::Result& result,
+WindowReader::Window WindowReader::FromResult(const WindowRead& read, const pg::Result& result,
                                              UnlockedCounts& counts) {
   Window w;
   w.rows = ToRows(result);
@@ -408,7 +408,7 @@ std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const R
            " AND (NOT s.has_after OR (run_at, id) > (" + Timestamp("s.r") + ", s.i))"
            " ORDER BY run_at, id LIMIT s.lim) j";
   st.sql = WithUnlockedCounts(st, st.sql, "w.n, w.run_at_us, w.id", counts);
-  pg::Result r = tx.exec(st.sql, st.params());
+  pg::Result r = tx.exec(st);
   TakeUnlockedCounts(r, 1 + kRowColumns, counts);
   std::vector<std::vector<ReadyRow>> out(reads.size());
   std::vector<ReadyRow> rows = ToRows(r, 1);
@@ -439,7 +439,7 @@ std::vector<ReadyRow> ReadCatchUp(pg::Transaction& tx, const ReadContext& ctx, c
               Timestamp(st.bind(read.through->run_at_us)) + ", " + st.bind(read.through->id) + ")))";
   }
   st.sql += " ORDER BY priority DESC, run_at, id";
-  return ToRows(tx.exec(st.sql, st.params()));
+  return ToRows(tx.exec(st));
 }
 
 }  // namespace akadzed

@@ -62,9 +62,11 @@ class WindowReader {
   // Reads the window; `counts` gains the keys it saw first.
   Window Read(const WindowRead& read, UnlockedCounts& counts);
   // The claim's first window (read.after unset: through jobs_claim_idx) as
-  // a statement, to send along with others; ReadFirst() takes its result.
+  // a statement, to send along with others.
   static pg::Statement FirstStatement(const ReadContext& ctx, const WindowRead& read, const UnlockedCounts& counts);
-  Window ReadFirst(const WindowRead& read, const pg::Result& result, UnlockedCounts& counts);
+  // The window a filtered walk (FirstStatement's, or Read's when not keyed)
+  // returned in `result`; `counts` gains the keys it saw first.
+  Window FromResult(const WindowRead& read, const pg::Result& result, UnlockedCounts& counts);
 
   // The queue's keys, once, when the first keyed read enumerated them (then
   // empty): the claim counts them ahead of their rows.

@@ -126,6 +126,13 @@ Result Transaction::exec(std::string_view sql, const Params& params) {
   return std::move(Pipeline(std::span(&one, 1), false).front());
 }
 
+Result Transaction::exec(const Statement& statement) {
+  if (statement.prepare()) return exec(statement.sql, statement.params());
+  if (!begin_pending_) return conn_.exec_replanned(statement.sql, statement.params());
+  const PipelinedStatement one{statement.sql, &statement.params(), false};
+  return std::move(Pipeline(std::span(&one, 1), false).front());
+}
+
 std::vector<Result> Transaction::pipeline(std::span<const PipelinedStatement> statements) {
   return Pipeline(statements, false);
 }

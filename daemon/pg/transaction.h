@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pg/connection.h"
+#include "pg/statement.h"
 
 namespace akadzed::pg {
 
@@ -35,6 +36,9 @@ class Transaction {
   // with a deferred BEGIN.
   Result exec(std::string_view sql);
   Result exec(std::string_view sql, const Params& params);
+  // A built statement: prepared, or planned for its values when
+  // Statement::prepare() says so.
+  Result exec(const Statement& statement);
   // Connection::pipeline() inside the transaction.
   std::vector<Result> pipeline(std::span<const PipelinedStatement> statements);
 

@@ -22,6 +22,7 @@
 #include "pg/params.h"
 #include "pg/pg_error.h"
 #include "pg/result.h"
+#include "pg/statement.h"
 #include "pg/transaction.h"
 #include "support/blackhole_proxy.h"
 #include "support/caught_error.h"
@@ -34,6 +35,7 @@ using pg::Connection;
 using pg::Params;
 using pg::Result;
 using pg::SessionBounds;
+using pg::Statement;
 using pg::Transaction;
 using test::Capture;
 using test::Caught;
@@ -385,6 +387,32 @@ TEST_CASE("pg: through a pooler statements run unnamed", "[pg][conn][prepared]")
     CHECK_FALSE(conn.pooled());
     CHECK(PreparedNames(conn).size() == 1);
   }
+}
+
+// Statement::bind_set (pg/statement.h): a set of 9 or more elements makes
+// the statement one planned for its values (so the server can hash the set);
+// a smaller one leaves it prepared. Either way the rows are the same.
+// [direct]: through PgBouncer nothing is prepared at all.
+TEST_CASE("pg: a statement testing membership in a large set is planned for its values, a small one prepared",
+          "[pg][conn][prepared][direct]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+  auto not_in = [&](std::size_t set_size) {
+    std::vector<std::string> set;
+    for (std::size_t i = 0; i < set_size; ++i) set.push_back("k" + std::to_string(i * 2));
+    Statement st;
+    st.sql = "SELECT count(*) FROM generate_series(0, 99) g WHERE 'k' || g <> ALL(" + st.bind_set(set) + "::text[])";
+    CHECK(st.prepare() == (set_size < Statement::kHashedSetSize));
+    Transaction tx(conn, "BEGIN", Transaction::Begin::kWithFirstStatement);
+    const std::int64_t kept = tx.exec(st).int64(0, 0);
+    tx.commit();
+    return kept;
+  };
+  CHECK(not_in(Statement::kHashedSetSize) == 100 - 9);
+  CHECK(PreparedNames(conn).empty());
+  CHECK(not_in(50) == 50);
+  CHECK(PreparedNames(conn).empty());
+  CHECK(not_in(Statement::kHashedSetSize - 1) == 100 - 8);
+  CHECK(PreparedNames(conn).size() == 1);
 }
 
 TEST_CASE("pg: Connection::Open failures are ConnectionErrors without the password",
