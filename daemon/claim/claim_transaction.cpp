@@ -133,7 +133,7 @@ class ClaimRun {
         ctx_(MakeReadContext(request.queue, request.aging_us)),
         round_trips_before_(tx.connection().round_trips()) {
     result().worker_id = request.worker_id.empty() ? RandomUuid() : request.worker_id;
-    unlocked_.known = &known_keys_;
+    unlocked_.known = &keys_;
   }
 
   ClaimOutcome Run() {
@@ -268,7 +268,6 @@ class ClaimRun {
 
   void SetKeyState(const std::string& key, const KeyInfo& info) {
     keys_[key] = info;
-    known_keys_.push_back(key);
     planner_->SetKeyAllowed(key, info.allowed);
   }
 
@@ -439,7 +438,6 @@ class ClaimRun {
   std::vector<CatchUpRead> catch_ups_;
   PlanStep step_;
   std::unordered_map<std::string, KeyInfo> keys_;
-  std::vector<std::string> known_keys_;  // keys' names, for the window reads' counts
   UnlockedCounts unlocked_;
   std::vector<std::string> locked_keys_;
   bool may_wait_ = true;

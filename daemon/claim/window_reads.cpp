@@ -85,8 +85,12 @@ std::vector<ReadyRow> ToRows(const pg::Result& r, int first_column = 0) {
 // rows of known keys and of the NULL group), ordered by `order_by`.
 std::string WithUnlockedCounts(Statement& st, const std::string& window_sql, const std::string& order_by,
                                const UnlockedCounts& counts) {
-  static const std::vector<std::string> kNone;
-  const std::string known = st.bind_set(counts.known ? *counts.known : kNone);
+  std::vector<std::string> known_keys;
+  if (counts.known) {
+    known_keys.reserve(counts.known->size());
+    for (const auto& [key, info] : *counts.known) known_keys.push_back(key);
+  }
+  const std::string known = st.bind_set(known_keys);
   return "WITH w AS MATERIALIZED (" + window_sql + "), c AS (" +
          KeyCountsSql("SELECT DISTINCT limit_key FROM w WHERE limit_key IS NOT NULL AND limit_key <> ALL(" +
                       known + "::text[])") +

@@ -38,7 +38,7 @@ ReadContext MakeReadContext(const std::string& queue, std::optional<std::int64_t
 // did not know: the window statements bring them along, so the claim can
 // skip keys at their limit without a round trip of its own.
 struct UnlockedCounts {
-  const std::vector<std::string>* known = nullptr;  // keys not to count
+  const std::unordered_map<std::string, KeyInfo>* known = nullptr;  // the claim's key states: not counted
   std::unordered_map<std::string, KeyInfo> counts;  // filled by reads
 };
 
