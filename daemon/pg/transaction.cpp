@@ -47,20 +47,30 @@ Transaction::Transaction(Connection& conn, std::string_view begin_sql, Begin whe
     return;
   }
   // One round trip, as a bare BEGIN: the bounds ride along.
-  const bool check_interval = !conn_.check_interval_refused_ && PQserverVersion(conn_.raw()) >= 140000;
-  if (check_interval && conn_.bounds_.stall.count() > 0) {
+  BeginWith("");
+}
+
+bool Transaction::WantsCheckInterval() const {
+  return conn_.bounds_.stall.count() > 0 && !conn_.check_interval_refused_ &&
+         PQserverVersion(conn_.raw()) >= 140000;
+}
+
+Result Transaction::BeginWith(std::string_view sql) {
+  const std::string after = sql.empty() ? std::string() : "; " + std::string(sql);
+  if (WantsCheckInterval()) {
     try {
-      conn_.exec(Joined(BeginStatements(true)));
-      return;
+      return conn_.exec(Joined(BeginStatements(true)) + after);
     } catch (const SqlError& e) {
       // 22023: a server that cannot watch its clients' sockets (not Linux)
-      // refuses any value but 0; the other bounds still apply.
+      // refuses any value but 0; the other bounds still apply. Nothing of
+      // the query took effect (it failed in a transaction block): begin
+      // again without the setting.
       if (e.sqlstate() != "22023") throw;
       conn_.check_interval_refused_ = true;
       conn_.exec("ROLLBACK");
     }
   }
-  conn_.exec(Joined(BeginStatements(false)));
+  return conn_.exec(Joined(BeginStatements(false)) + after);
 }
 
 std::vector<Result> Transaction::Pipeline(std::span<const PipelinedStatement> statements, bool during_commit) {
@@ -75,8 +85,7 @@ std::vector<Result> Transaction::Pipeline(std::span<const PipelinedStatement> st
   }
   begin_pending_ = false;
   for (;;) {
-    const bool check_interval = conn_.bounds_.stall.count() > 0 && !conn_.check_interval_refused_ &&
-                                PQserverVersion(conn_.raw()) >= 140000;
+    const bool check_interval = WantsCheckInterval();
     const std::vector<std::string> begin = BeginStatements(check_interval);
     std::vector<PipelinedStatement> all;
     for (const std::string& s : begin) all.push_back(PipelinedStatement{s});
@@ -90,8 +99,8 @@ std::vector<Result> Transaction::Pipeline(std::span<const PipelinedStatement> st
       throw;
     } catch (const PgError& e) {
       failed_statement_ = conn_.failed_statement() - static_cast<int>(begin.size());
-      // As in the constructor: the settings statement failed, so nothing
-      // after it ran; begin again without the one setting it may refuse.
+      // As in BeginWith: the settings statement failed, so nothing after
+      // it ran; begin again without the one setting it may refuse.
       if (!check_interval || e.sqlstate() != "22023" || conn_.failed_statement() != 1) throw;
       conn_.check_interval_refused_ = true;
       conn_.exec("ROLLBACK");
@@ -104,20 +113,7 @@ Result Transaction::exec(std::string_view sql) {
   // Simple query protocol, as exec(sql) is (it may carry several
   // statements): BEGIN and the settings ride in the same query string.
   begin_pending_ = false;
-  const bool check_interval = conn_.bounds_.stall.count() > 0 && !conn_.check_interval_refused_ &&
-                              PQserverVersion(conn_.raw()) >= 140000;
-  if (check_interval) {
-    try {
-      return conn_.exec(Joined(BeginStatements(true)) + "; " + std::string(sql));
-    } catch (const SqlError& e) {
-      // As in the constructor; nothing of the query took effect (it failed
-      // in a transaction block): begin again without the setting.
-      if (e.sqlstate() != "22023") throw;
-      conn_.check_interval_refused_ = true;
-      conn_.exec("ROLLBACK");
-    }
-  }
-  return conn_.exec(Joined(BeginStatements(false)) + "; " + std::string(sql));
+  return BeginWith(sql);
 }
 
 Result Transaction::exec(std::string_view sql, const Params& params) {

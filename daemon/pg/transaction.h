@@ -56,6 +56,12 @@ class Transaction {
   // The statements that begin the transaction: BEGIN, then the session
   // bounds (Connection::Open) as settings local to it.
   std::vector<std::string> BeginStatements(bool with_check_interval) const;
+  // Whether BEGIN sets client_connection_check_interval: with a stall bound,
+  // on PostgreSQL 14 or later, unless this server refused it before.
+  bool WantsCheckInterval() const;
+  // BEGIN with the settings, then `sql` (none when empty), in one simple
+  // query; retried without the check interval when the server refuses it.
+  Result BeginWith(std::string_view sql);
   // Runs `statements` after the deferred BEGIN, if any is still to send;
   // returns their results only.
   std::vector<Result> Pipeline(std::span<const PipelinedStatement> statements, bool during_commit);
