@@ -15,14 +15,17 @@
 //  - Graphile Worker (batched and default mode) and pg-boss burn-downs, and
 //    Graphile Worker's latency, through bench/peers/peer_worker.mjs;
 //  - the ceiling: pgbench with a one-row UPDATE ... RETURNING per
-//    transaction at 2, 4 and 8 clients.
+//    transaction at 2, 4 and 8 clients;
+//  - the shell burn-down's ceiling: bench/spawn_ceiling, the daemon's shell
+//    handler running /bin/true as many times at the same parallelism with
+//    no database, right after the shell burn-down.
 //
 // It prints one table with the ratios and writes results.md, results.json,
 // details.txt (top statements, settings) and throughput.dat (for
 // throughput.gp) to $AKADZED_BENCH_OUT.
 //
 // Environment (set by the run script): PGHOST (the socket directory),
-// PGPORT, PGUSER, AKADZED_BIN, AKADZED_NOOP_PLUGIN, AKADZED_PEERS_DIR,
+// PGPORT, PGUSER, AKADZED_BIN, AKADZED_NOOP_PLUGIN, AKADZED_SPAWN_CEILING, AKADZED_PEERS_DIR,
 // AKADZED_BENCH_OUT, AKADZED_PG_DATA.
 // Options: --jobs N --rates R1,R2 --latency-seconds S --pgbench-seconds S
 //          --slots N --shell-slots N --poll-interval DURATION --handlers plugin,shell
@@ -364,6 +367,15 @@ async function akadzedLatency(db, { rate, listen }) {
            from_insert: latencySummary(fromInsert), ...latencySummary(fromSend) };
 }
 
+// The shell burn-down's ceiling: bench/spawn_ceiling (the daemon's shell
+// handler on /bin/true, no database) for as many jobs at the same parallelism.
+function spawnCeiling(jobs, parallel) {
+  const out = execFileSync(process.env.AKADZED_SPAWN_CEILING,
+    ["--jobs", String(jobs), "--parallel", String(parallel), "--command", "/bin/true"]).toString();
+  const figures = Object.fromEntries(out.trim().split(" ").map((kv) => kv.split("=")).map(([k, v]) => [k, Number(v)]));
+  return { ...figures, load: load() };
+}
+
 // ---- the peers ----
 
 const peerEnv = (database) => ({ PGDATABASE: database });
@@ -561,6 +573,10 @@ function report(r) {
     const best = r.pgbench.reduce((a, b) => (b.tps > a.tps ? b : a));
     lines.push(`| ceiling: pgbench 1-row UPDATE ... RETURNING, 1 commit each (best of ${r.pgbench.map((p) => p.clients).join("/")} clients: ${best.clients}) | ${fmt(ceiling)} | - | ${ratio(plugin, ceiling)} | - | - | - | 1 | 1 | ${best.load} |`);
   }
+  if (r.spawn_ceiling) {
+    const c = r.spawn_ceiling;
+    lines.push(`| ceiling of the shell row: bench/spawn_ceiling, the shell handler on /bin/true at parallel ${c.parallel}, no database (${c.jobs.toLocaleString("en-US")} jobs) | ${fmt(c.jobs_per_s)} | ${fmt(c.seconds, 2)} | ${ratio(plugin, c.jobs_per_s)} | ${fmt(c.cpu_us_per_job * c.jobs / 1e6, 2)} | - | - | 0 | 0 | ${c.load} |`);
+  }
   lines.push("");
   if (r.latency?.length) {
     lines.push("| enqueue-to-start latency | rate/s | jobs | p50 ms | p95 ms | p99 ms | max ms | from the INSERT's start: p50 / p99 ms | load (1/5/15 min) |");
@@ -574,6 +590,11 @@ function report(r) {
   lines.push("Targets:");
   if (plugin && fastestPeer) {
     lines.push(`- burn-down >= 2x the faster peer: ${fmt(plugin)} vs 2 x ${fmt(fastestPeer)} = ${fmt(2 * fastestPeer)} jobs/s: ${plugin >= 2 * fastestPeer ? "met" : `MISSED (${ratio(plugin, fastestPeer)} the faster peer)`}`);
+  }
+  if (r.akadzed_shell && r.spawn_ceiling) {
+    const shell = r.akadzed_shell;
+    const c = r.spawn_ceiling.jobs_per_s;
+    lines.push(`- shell burn-down within 1.5x of the spawn ceiling: ${fmt(shell.jobs_per_s)} vs ${fmt(c)} jobs/s (${ratio(c, shell.jobs_per_s)}): ${c <= 1.5 * shell.jobs_per_s ? "met" : "MISSED"}; at most 0.5 statements per job: ${fmt(shell.statements_per_job, 3)}: ${shell.statements_per_job <= 0.5 ? "met" : "MISSED"}`);
   }
   const graphile = r.latency?.find((x) => x.system === "graphile");
   for (const x of r.latency ?? []) {
@@ -616,6 +637,10 @@ async function main() {
       results[`akadzed_${handler}`] = r;
       note(`akadzed ${handler}: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, daemon CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, VmHWM ${fmt(r.vm_hwm_mb, 1)} MB, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
       printTop(`akadzed ${handler}`, r.top);
+      if (handler === "shell") {
+        results.spawn_ceiling = spawnCeiling(r.jobs, r.slots);
+        note(`spawn ceiling (ShellHandler, no database): ${fmt(results.spawn_ceiling.jobs_per_s)} jobs/s at parallel ${r.slots}, its CPU ${fmt(results.spawn_ceiling.cpu_us_per_job)} µs/job, the children's ${fmt(results.spawn_ceiling.child_cpu_us_per_job)} µs/job`);
+      }
       save();
     }
   }
