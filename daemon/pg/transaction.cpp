@@ -9,23 +9,38 @@
 
 namespace akadzed::pg {
 
+namespace {
+
+// SET LOCAL, as a setting of this transaction: it holds through a
+// transaction pooler.
+std::string Local(const char* name, std::string_view value) {
+  return std::string("set_config('") + name + "', '" + std::string(value) + "', true)";
+}
+
+constexpr const char* kCustomPlans = "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)";
+
+}  // namespace
+
 std::vector<std::string> Transaction::BeginStatements(bool with_check_interval) const {
   std::vector<std::string> out{begin_sql_};
-  const long long ms = conn_.bounds_.stall.count();
-  if (ms <= 0) return out;
-  // SET LOCAL, as settings of this transaction: they hold through a
-  // transaction pooler.
-  auto local = [](const char* name, long long value) {
-    return std::string("set_config('") + name + "', '" + std::to_string(value) + "', true)";
-  };
-  std::string set = "SELECT " + local("idle_in_transaction_session_timeout", ms) + ", " + local("lock_timeout", ms);
-  // The server ends a statement that runs toward the client's reply
-  // deadline a second before it, with a clean 57014, rather than the client
-  // closing the connection on a statement still running.
-  if (const long long reply = conn_.bounds_.reply.count(); reply >= 2000) {
-    set += ", " + local("statement_timeout", reply - 1000);
+  std::vector<std::string> settings;
+  if (generic_plans_) settings.push_back(Local("plan_cache_mode", "force_generic_plan"));
+  if (const long long ms = conn_.bounds_.stall.count(); ms > 0) {
+    settings.push_back(Local("idle_in_transaction_session_timeout", std::to_string(ms)));
+    settings.push_back(Local("lock_timeout", std::to_string(ms)));
+    // The server ends a statement that runs toward the client's reply
+    // deadline a second before it, with a clean 57014, rather than the
+    // client closing the connection on a statement still running.
+    if (const long long reply = conn_.bounds_.reply.count(); reply >= 2000) {
+      settings.push_back(Local("statement_timeout", std::to_string(reply - 1000)));
+    }
+    if (with_check_interval) {
+      settings.push_back(Local("client_connection_check_interval", std::to_string(std::min(ms, 1000LL))));
+    }
   }
-  if (with_check_interval) set += ", " + local("client_connection_check_interval", std::min(ms, 1000LL));
+  if (settings.empty()) return out;
+  std::string set = "SELECT ";
+  for (std::size_t i = 0; i < settings.size(); ++i) set += (i ? ", " : "") + settings[i];
   out.push_back(std::move(set));
   return out;
 }
@@ -40,8 +55,8 @@ std::string Joined(const std::vector<std::string>& statements) {
 
 }  // namespace
 
-Transaction::Transaction(Connection& conn, std::string_view begin_sql, Begin when)
-    : conn_(conn), begin_sql_(begin_sql) {
+Transaction::Transaction(Connection& conn, std::string_view begin_sql, Begin when, Plans plans)
+    : conn_(conn), begin_sql_(begin_sql), generic_plans_(plans == Plans::kGeneric) {
   if (when == Begin::kWithFirstStatement) {
     begin_pending_ = true;
     return;
@@ -75,35 +90,52 @@ Result Transaction::BeginWith(std::string_view sql) {
 
 std::vector<Result> Transaction::Pipeline(std::span<const PipelinedStatement> statements, bool during_commit) {
   failed_statement_ = -1;
-  if (!begin_pending_) {
-    try {
-      return conn_.pipeline(statements, during_commit);
-    } catch (const PgError&) {
-      failed_statement_ = conn_.failed_statement();
-      throw;
-    }
-  }
-  begin_pending_ = false;
   for (;;) {
-    const bool check_interval = WantsCheckInterval();
-    const std::vector<std::string> begin = BeginStatements(check_interval);
+    // What goes out: the deferred BEGIN with its settings, then `statements`
+    // with the switch to custom plans before the first one planned for its
+    // values. position[i]: where statements[i] is in `all`.
+    const bool check_interval = begin_pending_ && WantsCheckInterval();
+    const std::vector<std::string> begin =
+        begin_pending_ ? BeginStatements(check_interval) : std::vector<std::string>{};
     std::vector<PipelinedStatement> all;
     for (const std::string& s : begin) all.push_back(PipelinedStatement{s});
-    all.insert(all.end(), statements.begin(), statements.end());
+    std::vector<std::size_t> position;
+    bool generic = generic_plans_;
+    for (const PipelinedStatement& st : statements) {
+      if (generic && !st.prepare) {
+        all.push_back(PipelinedStatement{kCustomPlans});
+        generic = false;
+      }
+      position.push_back(all.size());
+      all.push_back(st);
+    }
+    const bool was_pending = begin_pending_;
+    const bool was_generic = generic_plans_;
+    begin_pending_ = false;
+    generic_plans_ = generic;
     try {
       std::vector<Result> results = conn_.pipeline(all, during_commit);
-      results.erase(results.begin(), results.begin() + static_cast<std::ptrdiff_t>(begin.size()));
-      return results;
+      if (all.size() == statements.size()) return results;
+      std::vector<Result> ours;
+      ours.reserve(statements.size());
+      for (std::size_t p : position) ours.push_back(std::move(results[p]));
+      return ours;
     } catch (const std::invalid_argument&) {
-      begin_pending_ = true;  // refused before anything was sent
+      begin_pending_ = was_pending;  // refused before anything was sent
+      generic_plans_ = was_generic;
       throw;
     } catch (const PgError& e) {
-      failed_statement_ = conn_.failed_statement() - static_cast<int>(begin.size());
+      const int failed = conn_.failed_statement();
+      // Of `statements`: the one that failed, or -1 when it was one of ours.
+      const auto it = std::find(position.begin(), position.end(), static_cast<std::size_t>(failed));
+      failed_statement_ = failed < 0 || it == position.end() ? -1 : static_cast<int>(it - position.begin());
       // As in BeginWith: the settings statement failed, so nothing after
       // it ran; begin again without the one setting it may refuse.
-      if (!check_interval || e.sqlstate() != "22023" || conn_.failed_statement() != 1) throw;
+      if (!check_interval || e.sqlstate() != "22023" || failed != 1) throw;
       conn_.check_interval_refused_ = true;
       conn_.exec("ROLLBACK");
+      begin_pending_ = true;
+      generic_plans_ = was_generic;
     }
   }
 }
@@ -124,7 +156,7 @@ Result Transaction::exec(std::string_view sql, const Params& params) {
 
 Result Transaction::exec(const Statement& statement) {
   if (statement.prepare()) return exec(statement.sql, statement.params());
-  if (!begin_pending_) return conn_.exec_replanned(statement.sql, statement.params());
+  if (!begin_pending_ && !generic_plans_) return conn_.exec_replanned(statement.sql, statement.params());
   const PipelinedStatement one{statement.sql, &statement.params(), false};
   return std::move(Pipeline(std::span(&one, 1), false).front());
 }

@@ -26,8 +26,24 @@ class Transaction {
     kWithFirstStatement,  // pipelined with the transaction's first statement
   };
 
+  // How the transaction's prepared statements are planned.
+  enum class Plans {
+    // As the server says (plan_cache_mode): under `auto`, a statement whose
+    // generic plan looks costlier than its custom ones is planned on every
+    // execution, which for the claim's statements took longer than running
+    // them (docs/benchmarks.md, "Planning").
+    kServerDefault,
+    // plan_cache_mode = force_generic_plan, local to the transaction: each
+    // prepared statement is planned once per connection. A statement that
+    // must be planned for its values (Statement::prepare() false,
+    // PipelinedStatement::prepare false) switches the rest of the
+    // transaction to force_custom_plan first, in the same round trip.
+    kGeneric,
+  };
+
   // Starts a transaction. `begin_sql` may carry an isolation level.
-  explicit Transaction(Connection& conn, std::string_view begin_sql = "BEGIN", Begin when = Begin::kNow);
+  explicit Transaction(Connection& conn, std::string_view begin_sql = "BEGIN", Begin when = Begin::kNow,
+                       Plans plans = Plans::kServerDefault);
   ~Transaction();
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
@@ -62,13 +78,15 @@ class Transaction {
   // BEGIN with the settings, then `sql` (none when empty), in one simple
   // query; retried without the check interval when the server refuses it.
   Result BeginWith(std::string_view sql);
-  // Runs `statements` after the deferred BEGIN, if any is still to send;
-  // returns their results only.
+  // Runs `statements` after the deferred BEGIN, if any is still to send,
+  // and the switch to custom plans before the first statement planned for
+  // its values (Plans::kGeneric); returns the results of `statements` only.
   std::vector<Result> Pipeline(std::span<const PipelinedStatement> statements, bool during_commit);
 
   Connection& conn_;
   std::string begin_sql_;
   bool begin_pending_ = false;  // Begin::kWithFirstStatement, nothing sent yet
+  bool generic_plans_ = false;  // Plans::kGeneric and not yet switched to custom plans
   bool open_ = true;
   int failed_statement_ = -1;   // of the last Pipeline() that threw the server's error, in its `statements`
 };

@@ -415,6 +415,57 @@ TEST_CASE("pg: a statement testing membership in a large set is planned for its 
   CHECK(PreparedNames(conn).size() == 1);
 }
 
+TEST_CASE("pg: a transaction with generic plans plans each prepared statement once, and a statement with a "
+          "hashed set for its values",
+          "[pg][conn][prepared][direct]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false), "akadzed test", SessionBounds::ForStall(std::chrono::seconds(5)));
+  const std::string mode = "SELECT current_setting('plan_cache_mode')";
+  auto set_of = [](std::size_t n) {
+    std::vector<std::string> set;
+    for (std::size_t i = 0; i < n; ++i) set.push_back("k" + std::to_string(i * 2));
+    return set;
+  };
+  auto not_in = [](Statement& st, const std::vector<std::string>& set) {
+    st.sql = "SELECT count(*) FROM generate_series(0, 99) g WHERE 'k' || g <> ALL(" + st.bind_set(set) + "::text[])";
+  };
+  const std::string small_sql = "SELECT count(*) FROM generate_series(0, 99) g WHERE g < $1::int";
+  for (int round = 0; round < 3; ++round) {
+    Transaction tx(conn, "BEGIN", Transaction::Begin::kWithFirstStatement, Transaction::Plans::kGeneric);
+    CHECK(tx.exec(small_sql, Params().add(10 + round)).int64(0, 0) == 10 + round);
+    CHECK(tx.exec(mode).text(0, 0) == std::string("force_generic_plan"));
+    // A pipeline's results are its statements' alone, in order, with the
+    // switch to custom plans sent before the one planned for its values.
+    Statement hashed;
+    not_in(hashed, set_of(Statement::kHashedSetSize + round));
+    REQUIRE_FALSE(hashed.prepare());
+    const Params small_params = Params().add(5);
+    const pg::PipelinedStatement statements[] = {{small_sql, &small_params},
+                                             {hashed.sql, &hashed.params(), hashed.prepare()},
+                                             {mode}};
+    std::vector<Result> got = tx.pipeline(statements);
+    REQUIRE(got.size() == 3);
+    CHECK(got[0].int64(0, 0) == 5);
+    CHECK(got[1].int64(0, 0) == 100 - static_cast<std::int64_t>(Statement::kHashedSetSize) - round);
+    CHECK(got[2].text(0, 0) == std::string("force_custom_plan"));
+    tx.commit();
+  }
+  // Local to the transaction.
+  CHECK(conn.exec(mode).text(0, 0) == std::string("auto"));
+  // Planned once, run three times by its generic plan; never custom-planned.
+  Result plans = conn.exec("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+                           Params().add(small_sql));
+  REQUIRE(plans.rows() == 1);
+  CHECK(plans.int64(0, 0) == 6);
+  CHECK(plans.int64(0, 1) == 0);
+  // exec(Statement) outside a pipeline switches the same way, once.
+  Transaction tx(conn, "BEGIN", Transaction::Begin::kNow, Transaction::Plans::kGeneric);
+  Statement hashed;
+  not_in(hashed, set_of(20));
+  CHECK(tx.exec(hashed).int64(0, 0) == 80);
+  CHECK(tx.exec(mode).text(0, 0) == std::string("force_custom_plan"));
+  tx.commit();
+}
+
 TEST_CASE("pg: Connection::Open failures are ConnectionErrors without the password",
           "[pg][conn][errors]") {
   const std::string socket_dir = test::Cluster().socket_directory().string();
