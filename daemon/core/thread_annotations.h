@@ -6,15 +6,21 @@
 // EXCLUDES). Clang checks them in the build `.ci/run` makes with clang (the
 // fuzz step) with -Wthread-safety -Werror; with GCC the macros are empty.
 //
-//   Mutex      std::mutex with annotations; BasicLockable, so a
-//              std::condition_variable_any waits on it.
+//   Mutex      std::mutex with annotations.
 //   MutexLock  the scoped lock (lock_guard and unique_lock in one): it can
-//              unlock and lock again, and a condition_variable_any waits on it.
+//              unlock and lock again.
+//   CondVar    std::condition_variable waiting on a MutexLock. Not
+//              std::condition_variable_any: that one takes a mutex of its
+//              own in every wait and notify, which doubled the futex
+//              traffic of 1,000 executors handing jobs over
+//              (docs/benchmarks.md, "Per-job overhead").
 //
 // Thread-safety: Mutex is a mutex; a MutexLock belongs to the thread that
 // made it.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 #if defined(__clang__)
@@ -49,32 +55,50 @@ class CAPABILITY("mutex") Mutex {
   bool try_lock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
 
  private:
+  friend class MutexLock;
   std::mutex mu_;
 };
 
 class SCOPED_CAPABILITY MutexLock {
  public:
-  explicit MutexLock(Mutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
-  ~MutexLock() RELEASE() {
-    if (locked_) mu_.unlock();
-  }
+  explicit MutexLock(Mutex& mu) ACQUIRE(mu) : lock_(mu.mu_) {}
+  ~MutexLock() RELEASE() {}  // lock_ unlocks if it holds the mutex
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
-  // For a condition_variable_any's wait, and for code that lets go of the
-  // mutex for a while (a call that must not hold it).
-  void lock() ACQUIRE() {
-    mu_.lock();
-    locked_ = true;
+  // For code that lets go of the mutex for a while (a call that must not
+  // hold it).
+  void lock() ACQUIRE() { lock_.lock(); }
+  void unlock() RELEASE() { lock_.unlock(); }
+
+ private:
+  friend class CondVar;
+  std::unique_lock<std::mutex> lock_;
+};
+
+// The waits take the MutexLock that holds the mutex guarding what `ready`
+// reads; the analysis does not follow into `ready` (annotate it REQUIRES or
+// NO_THREAD_SAFETY_ANALYSIS).
+class CondVar {
+ public:
+  void notify_one() noexcept { cv_.notify_one(); }
+  void notify_all() noexcept { cv_.notify_all(); }
+
+  template <typename Ready>
+  void wait(MutexLock& lock, Ready ready) {
+    cv_.wait(lock.lock_, std::move(ready));
   }
-  void unlock() RELEASE() {
-    locked_ = false;
-    mu_.unlock();
+  template <typename Rep, typename Period, typename Ready>
+  bool wait_for(MutexLock& lock, const std::chrono::duration<Rep, Period>& timeout, Ready ready) {
+    return cv_.wait_for(lock.lock_, timeout, std::move(ready));
+  }
+  template <typename Clock, typename Duration, typename Ready>
+  bool wait_until(MutexLock& lock, const std::chrono::time_point<Clock, Duration>& deadline, Ready ready) {
+    return cv_.wait_until(lock.lock_, deadline, std::move(ready));
   }
 
  private:
-  Mutex& mu_;
-  bool locked_ = true;
+  std::condition_variable cv_;
 };
 
 }  // namespace akadzed

@@ -128,7 +128,7 @@ class ServiceLoop {
  private:
   const ServiceClock& clock_;
   mutable Mutex mu_;
-  std::condition_variable_any cv_;
+  CondVar cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
   bool started_ GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point last_round_ GUARDED_BY(mu_);

@@ -113,8 +113,8 @@ class QueueRunner {
   // members marked so below, which the executors share.
   ServiceLoop claim_loop_;
   std::vector<std::thread> executors_;
-  std::condition_variable_any work_cv_;      // wakes executors
-  std::condition_variable_any drained_cv_;   // busy_ reached 0
+  CondVar work_cv_;      // wakes executors
+  CondVar drained_cv_;   // busy_ reached 0
   std::deque<Claimed> ready_ GUARDED_BY(claim_loop_.mu());
   int busy_ GUARDED_BY(claim_loop_.mu()) = 0;  // claimed, finish not recorded
   std::unordered_multiset<std::int64_t> held_ GUARDED_BY(claim_loop_.mu());  // ids of those busy slots
