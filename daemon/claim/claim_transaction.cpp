@@ -480,9 +480,11 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
     // role's or database's default isolation level is.
     // Generic plans: planning the claim's statements for each claim's
     // values cost more server time than running them (docs/benchmarks.md,
-    // "Planning"); a statement with a hashed set still gets its own plan.
+    // "Generic plans for the claim"); a statement with a hashed set still
+    // gets its own plan. Not with hooks: they run their own SQL in this
+    // transaction, planned as the server says, as on every other transition.
     pg::Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED", pg::Transaction::Begin::kWithFirstStatement,
-                       pg::Transaction::Plans::kGeneric);
+                       hooks ? pg::Transaction::Plans::kServerDefault : pg::Transaction::Plans::kGeneric);
     ClaimOutcome outcome = Claim(tx, again, /*one_at_a_time=*/true, end);
     result = std::move(outcome.result);
     windows += result.windows;

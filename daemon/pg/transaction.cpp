@@ -70,7 +70,16 @@ bool Transaction::WantsCheckInterval() const {
          PQserverVersion(conn_.raw()) >= 140000;
 }
 
+void Transaction::KeepGenericPlansOnlyIfPrepared() {
+  // Unnamed statements (through a pooler, or after a prepared statement
+  // failed) are planned on every run anyway: a forced generic plan would
+  // save nothing and may be worse for the values. pooled() asks the server
+  // once per connection, as the first prepared statement would.
+  if (generic_plans_ && !(conn_.prepare_ && !conn_.pooled())) generic_plans_ = false;
+}
+
 Result Transaction::BeginWith(std::string_view sql) {
+  KeepGenericPlansOnlyIfPrepared();
   const std::string after = sql.empty() ? std::string() : "; " + std::string(sql);
   if (WantsCheckInterval()) {
     try {
@@ -90,6 +99,7 @@ Result Transaction::BeginWith(std::string_view sql) {
 
 std::vector<Result> Transaction::Pipeline(std::span<const PipelinedStatement> statements, bool during_commit) {
   failed_statement_ = -1;
+  if (begin_pending_) KeepGenericPlansOnlyIfPrepared();
   for (;;) {
     // What goes out: the deferred BEGIN with its settings, then `statements`
     // with the switch to custom plans before the first one planned for its

@@ -31,10 +31,12 @@ class Transaction {
     // As the server says (plan_cache_mode): under `auto`, a statement whose
     // generic plan looks costlier than its custom ones is planned on every
     // execution, which for the claim's statements took longer than running
-    // them (docs/benchmarks.md, "Planning").
+    // them (docs/benchmarks.md, "Generic plans for the claim").
     kServerDefault,
     // plan_cache_mode = force_generic_plan, local to the transaction: each
-    // prepared statement is planned once per connection. A statement that
+    // prepared statement is planned once per connection (on a connection
+    // that runs every statement unnamed, through a pooler, this is
+    // kServerDefault). A statement that
     // must be planned for its values (Statement::prepare() false,
     // PipelinedStatement::prepare false) switches the rest of the
     // transaction to force_custom_plan first, in the same round trip.
@@ -78,6 +80,9 @@ class Transaction {
   // BEGIN with the settings, then `sql` (none when empty), in one simple
   // query; retried without the check interval when the server refuses it.
   Result BeginWith(std::string_view sql);
+  // Plans::kGeneric holds only on a connection that prepares statements
+  // (not through a pooler); asked before BEGIN is sent.
+  void KeepGenericPlansOnlyIfPrepared();
   // Runs `statements` after the deferred BEGIN, if any is still to send,
   // and the switch to custom plans before the first statement planned for
   // its values (Plans::kGeneric); returns the results of `statements` only.

@@ -99,16 +99,17 @@ std::string SomeErrors(FaultScenario& s) {
 
 // One transition of the audit log, as both servers recorded it.
 using Transition = std::tuple<std::int64_t /*job*/, std::string /*from*/, std::string /*to*/,
-                              std::int32_t /*run_count*/, std::int64_t /*at_us*/>;
+                              std::int32_t /*run_count*/, std::int32_t /*attempt*/, std::int64_t /*at_us*/>;
 
 std::set<Transition> ReadTransitions(pg::Connection& conn) {
   pg::Result r = conn.exec(
-      "SELECT job_id, from_state, to_state, run_count, (extract(epoch FROM at) * 1000000)::int8"
+      "SELECT job_id, from_state, to_state, run_count, attempt, (extract(epoch FROM at) * 1000000)::int8"
       " FROM fault_audit.transitions");
   std::set<Transition> out;
   for (int i = 0; i < r.rows(); ++i) {
     out.emplace(r.int64(i, 0), std::string(r.text(i, 1)), std::string(r.text(i, 2)),
-                static_cast<std::int32_t>(r.int64(i, 3)), r.int64(i, 4));
+                static_cast<std::int32_t>(r.int64(i, 3)), static_cast<std::int32_t>(r.int64(i, 4)),
+                r.int64(i, 5));
   }
   return out;
 }
@@ -125,7 +126,8 @@ struct LostCommits {
   // Of the lost claims: when the new primary claimed the same run again.
   std::map<std::pair<std::int64_t, std::int32_t>, std::int64_t> reclaimed_at_us;
   // Lost transitions the new primary has no later copy of (the same job,
-  // states and run at another time). With synchronous replication a commit
+  // states, run and attempt at another time: a lost rescue that spent an
+  // attempt is not matched by a release of the same run that spent none). With synchronous replication a commit
   // can reach the old primary's disk and die waiting for the standby: never
   // acknowledged, so the daemon saw its COMMIT in doubt and wrote it again
   // (a finish rewritten, a claim's jobs released and claimed again). One the
@@ -145,7 +147,7 @@ LostCommits CompareWithOldPrimary(StreamingStandby& pair, FaultScenario& s) {
   LostCommits lost;
   for (const Transition& t : old_rows) {
     if (new_rows.contains(t)) continue;
-    const auto& [job, from, to, run, at] = t;
+    const auto& [job, from, to, run, attempt, at] = t;
     ++lost.transitions;
     ++lost.by_kind[from + "->" + to];
     if (from == "queued" && to == "running") lost.claims.emplace(job, run);
@@ -154,16 +156,16 @@ LostCommits CompareWithOldPrimary(StreamingStandby& pair, FaultScenario& s) {
   for (const auto& f : lost.finishes) {
     if (!lost.claims.contains(f)) lost.orphaned.insert(f);
   }
-  std::set<std::tuple<std::int64_t, std::string, std::string, std::int32_t>> written_new;
-  for (const auto& [job, from, to, run, at] : new_rows) {
-    written_new.emplace(job, from, to, run);
+  std::set<std::tuple<std::int64_t, std::string, std::string, std::int32_t, std::int32_t>> written_new;
+  for (const auto& [job, from, to, run, attempt, at] : new_rows) {
+    written_new.emplace(job, from, to, run, attempt);
     if (from == "queued" && to == "running" && lost.claims.contains({job, run})) {
       lost.reclaimed_at_us[{job, run}] = at;
     }
   }
   for (const Transition& t : old_rows) {
-    const auto& [job, from, to, run, at] = t;
-    if (!new_rows.contains(t) && !written_new.contains({job, from, to, run})) {
+    const auto& [job, from, to, run, attempt, at] = t;
+    if (!new_rows.contains(t) && !written_new.contains({job, from, to, run, attempt})) {
       ++lost.not_written_again;
     }
   }

@@ -101,9 +101,10 @@ TEST_CASE("a claim and a finish whose COMMIT is in doubt: the claimed job is rel
   INFO(row(claimed));
   // Released by the claim loop before its next claim (`release`), or, when
   // the claim loop is still backing off from the broken connection, by the
-  // lease keeper, which finds the job running under this worker and held by
-  // no runner for two of its rounds (`orphan_released`): either way no
-  // attempt spent, as row() checked.
+  // lease keeper's reconcile, which finds the job running under this worker,
+  // held by no runner, with no claim in flight (`orphan_released`): either
+  // way no attempt spent, as row() checked. The claim loop's own release is
+  // the next case's (a daemon stopped right after an in-doubt claim).
   CHECK(WaitUntil(
       [&] {
         const std::string log = s.daemon(d).Log();

@@ -451,7 +451,7 @@ TEST_CASE("pg: a transaction with generic plans plans each prepared statement on
   }
   // Local to the transaction.
   CHECK(conn.exec(mode).text(0, 0) == std::string("auto"));
-  // Planned once, run three times by its generic plan; never custom-planned.
+  // Planned once, run six times (twice a round) by its generic plan; never custom-planned.
   Result plans = conn.exec("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
                            Params().add(small_sql));
   REQUIRE(plans.rows() == 1);
