@@ -199,9 +199,22 @@ bool FaultScenario::WaitHandlersGone(std::chrono::milliseconds timeout) {
 int FaultScenario::StopDaemons() {
   int bad = 0;
   const std::vector<int> live = LiveDaemons();
+  // A daemon started a moment ago may not have blocked its signals yet: a
+  // SIGTERM then ends it by the default action (exit 143, which systemd
+  // counts as a clean stop too), before it could drain. Stop it once up.
+  for (int i : live) daemon(i).WaitForLog("event=started", 30s);
   for (int i : live) daemon(i).Signal(SIGTERM);
   for (int i : live) {
-    if (daemon(i).Wait(60s) != 0) ++bad;
+    const int code = daemon(i).Wait(60s);
+    if (code == 0) continue;
+    ++bad;
+    // Its exit and the end of its log, for the failure's report.
+    std::vector<std::string> lines;
+    std::istringstream log(daemon(i).Log());
+    for (std::string line; std::getline(log, line);) lines.push_back(line);
+    std::cerr << "daemon " << i << " did not stop cleanly after SIGTERM: exit " << code
+              << " (-1: still running after 60 s); its last log lines:\n";
+    for (std::size_t k = lines.size() > 8 ? lines.size() - 8 : 0; k < lines.size(); ++k) std::cerr << lines[k] << "\n";
   }
   return bad;
 }
