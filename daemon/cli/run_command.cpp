@@ -49,7 +49,7 @@ class DemoProducer {
  public:
   DemoProducer(std::string conninfo, std::optional<std::int64_t> duration_us)
       : conninfo_(std::move(conninfo)), duration_us_(duration_us) {
-    loop_.Start([this] { Loop(); });
+    loop_.Start("demo producer", [this] { Loop(); });
   }
   ~DemoProducer() { loop_.Stop(); }
 

@@ -164,7 +164,7 @@ class OverrunWatch {
       token = ++next_token_;
       calls_.emplace(token, Call{job_id, started + std::chrono::microseconds(timeout_us_)});
     }
-    std::call_once(started_, [this] { loop_.Start([this] { Loop(); }); });
+    std::call_once(started_, [this] { loop_.Start("plugin timeouts", [this] { Loop(); }); });
     loop_.Notify();
     return token;
   }

@@ -19,7 +19,7 @@ DbGauges::DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaug
 
 DbGauges::~DbGauges() { Stop(); }
 
-void DbGauges::Start() { loop_.Start([this] { Loop(); }); }
+void DbGauges::Start() { loop_.Start("db gauges", [this] { Loop(); }); }
 
 void DbGauges::Stop() { loop_.Stop(); }
 

@@ -109,7 +109,7 @@ void PeriodicScheduler::Start() {
     spdlog::info("periodic name={} task={} queue={} overlap={} | {}", LogValue(e.name), LogValue(e.task), LogValue(e.queue),
                  e.overlap, e.schedule.Describe());
   }
-  loop_.Start([this] { Loop(); });
+  loop_.Start("periodic", [this] { Loop(); });
 }
 
 void PeriodicScheduler::Stop() { loop_.Stop(); }

@@ -1,5 +1,7 @@
 #include "runtime/service_loop.h"
 
+#include <pthread.h>
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -36,13 +38,21 @@ ServiceLoop::~ServiceLoop() {
   close(stop_fd_);
 }
 
-void ServiceLoop::Start(std::function<void()> body) {
+void NameCurrentThread(const std::string& name) {
+  // The kernel keeps 15 bytes and a NUL; a longer name is refused whole.
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+}
+
+void ServiceLoop::Start(std::string name, std::function<void()> body) {
   {
     MutexLock lock(mu_);
     last_round_ = clock_.Now();
     started_ = true;
   }
-  threads_.emplace_back(std::move(body));
+  threads_.emplace_back([name = std::move(name), body = std::move(body)] {
+    NameCurrentThread(name);
+    body();
+  });
 }
 
 void ServiceLoop::RequestStop() {

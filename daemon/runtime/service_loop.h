@@ -48,6 +48,10 @@
 
 namespace akadzed {
 
+// Names the calling thread as `top -H`, `ps -L` and `perf` show it (the
+// first 15 bytes): "claim <queue>", "exec <queue>", "finisher", ...
+void NameCurrentThread(const std::string& name);
+
 class ServiceLoop {
  public:
   using Duration = std::chrono::microseconds;
@@ -58,11 +62,12 @@ class ServiceLoop {
   ServiceLoop(const ServiceLoop&) = delete;
   ServiceLoop& operator=(const ServiceLoop&) = delete;
 
-  // Runs `body` on a new thread; it should return soon after stop is
-  // requested (every Wait function returns true then). A loop may start
-  // more than one thread (the lease keeper's timer): they share the stop,
-  // the mutex and the condition, and Stop joins them all.
-  void Start(std::function<void()> body) EXCLUDES(mu_);
+  // Runs `body` on a new thread named `name` (NameCurrentThread); it should
+  // return soon after stop is requested (every Wait function returns true
+  // then). A loop may start more than one thread (the lease keeper's
+  // timer): they share the stop, the mutex and the condition, and Stop joins
+  // them all.
+  void Start(std::string name, std::function<void()> body) EXCLUDES(mu_);
   // Requests the stop: sets the flag, wakes every Wait and signals stop_fd().
   void RequestStop() EXCLUDES(mu_);
   // RequestStop, then joins the threads (if any was started). Idempotent.

@@ -1,6 +1,8 @@
 #include "worker/finisher.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -50,7 +52,7 @@ Finisher::~Finisher() {
   if (loop_.started()) Stop(std::chrono::steady_clock::now());
 }
 
-void Finisher::Start() { loop_.Start([this] { Loop(); }); }
+void Finisher::Start() { loop_.Start("finisher", [this] { Loop(); }); }
 
 void Finisher::Submit(FinishItem item) {
   item.job.args_json.clear();
@@ -113,18 +115,32 @@ void Finisher::Loop() {
           "finish_unrecorded count={} | the database stayed unreachable; these jobs stay running "
           "under this worker and are rescued after heartbeat_ttl",
           batch.size() + pending_.size());
+      std::vector<const FinishItem*> ended;
       for (auto* items : {&batch, &pending_}) {
         for (auto& item : *items) {
           metrics_.JobEnded(item.job.task, "unrecorded", item.duration_ms / 1000);
-          item.done();
+          ended.push_back(&item);
         }
       }
+      FreeSlots(ended);
       batch.clear();
       pending_.clear();
       return;
     }
     loop_.WaitForIgnoringStop(lock, retry_in_, past_deadline);
   }
+}
+
+void Finisher::FreeSlots(const std::vector<const FinishItem*>& ended) {
+  // A handful of holders (one per queue): a linear search beats a map.
+  std::vector<std::pair<SlotHolder*, std::vector<std::int64_t>>> by_holder;
+  for (const FinishItem* item : ended) {
+    if (item->slot == nullptr) continue;
+    auto it = std::find_if(by_holder.begin(), by_holder.end(), [&](const auto& h) { return h.first == item->slot; });
+    if (it == by_holder.end()) it = by_holder.insert(by_holder.end(), {item->slot, {}});
+    it->second.push_back(item->job.id);
+  }
+  for (auto& [holder, ids] : by_holder) holder->FreeSlots(ids);
 }
 
 std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
@@ -230,6 +246,8 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       MutexLock lock(loop_.mu());
       ++statements_;
     }
+    std::vector<const FinishItem*> ended;
+    ended.reserve(members.size());
     for (std::size_t k = 0; k < members.size(); ++k) {
       if (fates[k] == RowFate::kRefused) {
         refused.push_back(std::move(batch[members[k]]));
@@ -237,15 +255,16 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       }
       if (fates[k] == RowFate::kGivenUp) {
         metrics_.JobEnded(batch[members[k]].job.task, "unprocessable", batch[members[k]].duration_ms / 1000);
-        batch[members[k]].done();
+        ended.push_back(&batch[members[k]]);
         continue;
       }
       LogFinish(batch[members[k]], results[k]);
       metrics_.JobEnded(batch[members[k]].job.task,
                         results[k].applied ? OutcomeKindName(batch[members[k]].outcome.kind) : "stale",
                         batch[members[k]].duration_ms / 1000);
-      batch[members[k]].done();
+      ended.push_back(&batch[members[k]]);
     }
+    FreeSlots(ended);
     for (auto it = members.rbegin(); it != members.rend(); ++it) {
       batch.erase(batch.begin() + static_cast<std::ptrdiff_t>(*it));
     }

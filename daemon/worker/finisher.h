@@ -13,7 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <functional>
+#include <span>
 #include <mutex>
 #include <string>
 
@@ -27,14 +27,24 @@
 
 namespace akadzed {
 
+// What holds the slot a job's finish frees (a queue runner). The finisher
+// calls FreeSlots on its own thread once per statement, with every job of
+// that holder whose finish the statement recorded, found stale or gave up
+// on: one hand-off per batch, not one wake-up per job.
+class SlotHolder {
+ public:
+  virtual void FreeSlots(std::span<const std::int64_t> job_ids) = 0;
+
+ protected:
+  ~SlotHolder() = default;
+};
+
 struct FinishItem {
   ClaimedJob job;         // args_json is dropped on submit
   std::string worker_id;  // the worker that claimed it (the fence)
   JobOutcome outcome;
   double duration_ms = 0;
-  // Called on the finisher thread once the finish was recorded, found stale
-  // or given up on; frees the job's slot.
-  std::function<void()> done;
+  SlotHolder* slot = nullptr;  // told when the finish ends; must outlive the finisher's Stop
 };
 
 class Finisher {
@@ -61,6 +71,8 @@ class Finisher {
   // Records `batch`; returns false if the database could not be reached or
   // a hook refused some finishes (those stay in `batch`, to be tried again).
   bool Write(std::deque<FinishItem>& batch);
+  // Frees the slots of `ended` (FinishItem::slot), one call per holder.
+  static void FreeSlots(const std::vector<const FinishItem*>& ended);
   // Write's work: records what it can of `batch`, moving refused finishes
   // to `refused`.
   bool WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>& refused);

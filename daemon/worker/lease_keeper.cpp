@@ -46,10 +46,10 @@ void LeaseKeeper::Register() {
 void LeaseKeeper::Start() {
   Register();
   const auto interval = std::chrono::microseconds(timings_.heartbeat_interval_us);
-  loop_.Start([this, interval] {
+  loop_.Start("lease", [this, interval] {
     while (!loop_.Sleep(interval)) RunRound();
   });
-  loop_.Start([this] { TimerLoop(); });
+  loop_.Start("lease timer", [this] { TimerLoop(); });
 }
 
 void LeaseKeeper::RunRound() {

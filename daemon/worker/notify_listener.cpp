@@ -24,7 +24,7 @@ NotifyListener::NotifyListener(std::string conninfo, std::function<void(const st
 
 NotifyListener::~NotifyListener() { Stop(); }
 
-void NotifyListener::Start() { loop_.Start([this] { Loop(); }); }
+void NotifyListener::Start() { loop_.Start("listener", [this] { Loop(); }); }
 
 void NotifyListener::Stop() { loop_.Stop(); }
 

@@ -20,7 +20,7 @@ Pruner::Pruner(std::string conninfo, std::chrono::milliseconds stall_timeout, Pr
 Pruner::~Pruner() { Stop(); }
 
 void Pruner::Start() {
-  loop_.Start([this] {
+  loop_.Start("pruner", [this] {
     for (;;) {
       const auto wait = Round();
       loop_.MarkRound();

@@ -48,8 +48,14 @@ QueueRunner::~QueueRunner() {
 }
 
 void QueueRunner::Start() {
-  for (int i = 0; i < queue_.slots; ++i) executors_.emplace_back([this] { ExecutorLoop(); });
-  claim_loop_.Start([this] { ClaimLoop(); });
+  for (int i = 0; i < queue_.slots; ++i) {
+    ExecutorSeat& seat = *seats_.emplace_back(std::make_unique<ExecutorSeat>());
+    executors_.emplace_back([this, &seat] {
+      NameCurrentThread("exec " + queue_.name);
+      ExecutorLoop(seat);
+    });
+  }
+  claim_loop_.Start("claim " + queue_.name, [this] { ClaimLoop(); });
 }
 
 void QueueRunner::StopClaiming() { claim_loop_.RequestStop(); }
@@ -63,8 +69,12 @@ void QueueRunner::Join() {
   {
     MutexLock lock(claim_loop_.mu());
     executors_stop_ = true;
+    for (ExecutorSeat* seat : idle_) {
+      seat->woken = true;
+      seat->cv.notify_one();
+    }
+    idle_.clear();
   }
-  work_cv_.notify_all();
   claim_loop_.Stop();
   for (auto& t : executors_) {
     if (t.joinable()) t.join();
@@ -212,18 +222,19 @@ void QueueRunner::ClaimLoop() {
         if (!result.jobs.empty()) {
           spdlog::info("claim queue={} jobs={} free_slots={} ms={:.1f}", LogValue(queue_.name),
                        result.jobs.size(), free_slots, result.elapsed_ms);
-          MutexLock lock(claim_loop_.mu());
-          busy_ += static_cast<int>(result.jobs.size());
-          for (ClaimedJob& job : result.jobs) {
-            held_.insert(job.id);
-            ready_.push_back({std::move(job), request.worker_id});
+          ExecutorSeat* wake = nullptr;
+          {
+            MutexLock lock(claim_loop_.mu());
+            busy_ += static_cast<int>(result.jobs.size());
+            for (ClaimedJob& job : result.jobs) {
+              held_.insert(job.id);
+              ready_.push_back({std::move(job), request.worker_id});
+            }
+            wake = WakeExecutorLocked();
           }
+          // One executor wakes; the others follow one at a time (ExecutorLoop).
+          if (wake) wake->cv.notify_one();
         }
-        // One executor wakes; each that takes a job wakes the next while jobs
-        // are left (ExecutorLoop). Waking every idle executor for each claim
-        // cost a full core at 1000 slots and 200 claims/s of a few jobs, and
-        // 4x the enqueue-to-start latency (docs/benchmarks.md, End-to-end).
-        work_cv_.notify_one();
       } catch (const std::exception& e) {
         const auto* pg_error = dynamic_cast<const pg::PgError*>(&e);
         if (pg_error != nullptr && pg_error->transient() && pg_error->sqlstate() == "55P03") {
@@ -268,19 +279,47 @@ void QueueRunner::ClaimLoop() {
   }
 }
 
-void QueueRunner::ExecutorLoop() {
+QueueRunner::ExecutorSeat* QueueRunner::WakeExecutorLocked() {
+  if (ready_.empty() || waking_ != nullptr || idle_.empty()) return nullptr;
+  ExecutorSeat* seat = idle_.back();
+  idle_.pop_back();
+  seat->woken = true;
+  waking_ = seat;
+  return seat;
+}
+
+// Jobs reach the executors by a chain of single wake-ups: the claim loop
+// wakes one idle executor, and each executor that takes a job while more are
+// left wakes the next, so jobs that run long start one wake-up apart.
+// Waking every idle executor for each claim cost a full core at 1000 slots
+// and 200 claims/s of a few jobs, and 4x the enqueue-to-start latency
+// (docs/benchmarks.md, End-to-end). At most one wake-up is on its way: an
+// executor that comes back for more while the woken one has not yet taken
+// the lock takes the next job itself, so short jobs cost about one wake-up
+// per wake-up's latency rather than one per job (a wake-up is several µs of
+// CPU on each side: most of the daemon's CPU per no-op job, issue 18).
+// Each executor waits on its own seat and is woken by name, the one idle
+// the shortest time first: a wake-up cannot be taken by another waiter or
+// lost among many on one condition, which the one-on-its-way rule could not
+// survive.
+void QueueRunner::ExecutorLoop(ExecutorSeat& seat) {
   for (;;) {
     Claimed claimed;
-    bool more = false;
+    ExecutorSeat* wake = nullptr;
     {
       MutexLock lock(claim_loop_.mu());
-      work_cv_.wait(lock, [&]() REQUIRES(claim_loop_.mu()) { return executors_stop_ || !ready_.empty(); });
+      while (!executors_stop_ && ready_.empty()) {
+        seat.woken = false;
+        idle_.push_back(&seat);
+        seat.cv.wait(lock, [&]() REQUIRES(claim_loop_.mu()) { return seat.woken; });
+        if (waking_ == &seat) waking_ = nullptr;
+      }
       if (ready_.empty()) return;
       claimed = std::move(ready_.front());
       ready_.pop_front();
-      more = !ready_.empty();
+      wake = WakeExecutorLocked();
     }
-    if (more) work_cv_.notify_one();
+    if (wake) wake->cv.notify_one();
     Execute(std::move(claimed));
   }
 }
@@ -346,16 +385,18 @@ void QueueRunner::Execute(Claimed claimed) {
       FreeSlot(job.id);
       return;
   }
-  const std::int64_t id = job.id;
   finisher_.Submit(FinishItem{std::move(claimed.job), std::move(claimed.worker_id),
-                              std::move(outcome), ms, [this, id] { FreeSlot(id); }});
+                              std::move(outcome), ms, this});
 }
 
-void QueueRunner::FreeSlot(std::int64_t job_id) {
+void QueueRunner::FreeSlots(std::span<const std::int64_t> job_ids) {
+  if (job_ids.empty()) return;
   {
     MutexLock lock(claim_loop_.mu());
-    if (auto it = held_.find(job_id); it != held_.end()) held_.erase(it);
-    --busy_;
+    for (const std::int64_t id : job_ids) {
+      if (auto it = held_.find(id); it != held_.end()) held_.erase(it);
+    }
+    busy_ -= static_cast<int>(job_ids.size());
     if (busy_ == 0) drained_cv_.notify_all();
   }
   claim_loop_.Notify();

@@ -26,7 +26,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -46,7 +48,7 @@
 
 namespace akadzed {
 
-class QueueRunner {
+class QueueRunner final : private SlotHolder {
  public:
   // `stall_timeout` bounds each claim's transaction (pg::Connection::Open):
   // a claim that waits that long for the queue's claim lock retries.
@@ -86,10 +88,25 @@ class QueueRunner {
     std::string worker_id;
   };
   void ClaimLoop();
-  void ExecutorLoop();
   void Execute(Claimed claimed);
-  // Frees the slot of job `job_id` (its finish is recorded, or it was dropped).
-  void FreeSlot(std::int64_t job_id);
+  // Frees the slots of jobs whose finish is recorded (the finisher, once per
+  // statement) or that were dropped (FreeSlot): one lock and one wake-up of
+  // the claim loop for the lot.
+  void FreeSlots(std::span<const std::int64_t> job_ids) override;
+  void FreeSlot(std::int64_t job_id) { FreeSlots({&job_id, 1}); }
+  // An executor's place to wait for a job: its own condition, so a wake-up
+  // goes to the executor chosen and is never taken by another (see
+  // ExecutorLoop). Owned by the runner, so a wake-up sent after the lock is
+  // let go never outlives it.
+  struct ExecutorSeat {
+    CondVar cv;
+    bool woken = false;  // guarded by claim_loop_.mu()
+  };
+  // Picks the executor to wake for the jobs in ready_ (the one idle the
+  // shortest time) when no wake-up is on its way already; the caller
+  // notifies its cv after unlocking. Null when there is none to wake.
+  ExecutorSeat* WakeExecutorLocked() REQUIRES(claim_loop_.mu());
+  void ExecutorLoop(ExecutorSeat& seat);
   // Releases jobs an in-doubt claim under `worker_id` may have committed (see
   // the header comment); returns how many. Throws pg::PgError.
   int ReleaseInDoubtClaim(const std::string& worker_id);
@@ -113,7 +130,11 @@ class QueueRunner {
   // members marked so below, which the executors share.
   ServiceLoop claim_loop_;
   std::vector<std::thread> executors_;
-  CondVar work_cv_;      // wakes executors
+  std::vector<std::unique_ptr<ExecutorSeat>> seats_;  // one per executor, made by Start
+  // Executors waiting for a job, the last to wait at the back, and the one
+  // woken that has not taken the lock since (ExecutorLoop).
+  std::vector<ExecutorSeat*> idle_ GUARDED_BY(claim_loop_.mu());
+  ExecutorSeat* waking_ GUARDED_BY(claim_loop_.mu()) = nullptr;
   CondVar drained_cv_;   // busy_ reached 0
   std::deque<Claimed> ready_ GUARDED_BY(claim_loop_.mu());
   int busy_ GUARDED_BY(claim_loop_.mu()) = 0;  // claimed, finish not recorded

@@ -5,10 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include <poll.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 
 #include "pg/pg_error.h"
 #include "runtime/service_loop.h"
@@ -88,12 +90,16 @@ TEST_CASE("ServiceLoop: a stop wakes every wait, the stop fd and joins the threa
 
   std::atomic<int> rounds{0};
   std::atomic<bool> returned{false};
-  loop.Start([&] {
+  std::string thread_name;  // read after Stop joined the thread
+  loop.Start("a long loop name", [&] {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    thread_name = name;
     while (!loop.Sleep(std::chrono::hours(1))) ++rounds;  // only a stop ends this wait
     returned = true;
   });
   std::atomic<bool> second_returned{false};
-  loop.Start([&] {
+  loop.Start("second", [&] {
     MutexLock lock(loop.mu());
     loop.Wait(lock, [] { return false; });
     second_returned = loop.stop_requested_locked();
@@ -104,6 +110,7 @@ TEST_CASE("ServiceLoop: a stop wakes every wait, the stop fd and joins the threa
   loop.Notify();  // a notify alone does not end a Sleep
   loop.Stop();
   CHECK(returned);
+  CHECK(thread_name == "a long loop nam");  // the kernel keeps 15 bytes
   CHECK(second_returned);
   CHECK(rounds == 0);
   CHECK(poll(&fd, 1, 0) == 1);
