@@ -84,7 +84,6 @@ class CondVar {
   void notify_one() noexcept { cv_.notify_one(); }
   void notify_all() noexcept { cv_.notify_all(); }
 
-  void wait(MutexLock& lock) { cv_.wait(lock.lock_); }
   template <typename Ready>
   void wait(MutexLock& lock, Ready ready) {
     cv_.wait(lock.lock_, std::move(ready));

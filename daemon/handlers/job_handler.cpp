@@ -15,6 +15,13 @@ JobStop::JobStop() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
 
 JobStop::~JobStop() { close(fd_); }
 
+void JobStop::Reset() {
+  // The fd was written only by the Request that set the reason.
+  if (reason_.exchange(StopReason::kNone, std::memory_order_acq_rel) == StopReason::kNone) return;
+  std::uint64_t count = 0;
+  [[maybe_unused]] ssize_t n = read(fd_, &count, sizeof count);
+}
+
 void JobStop::Request(StopReason reason) {
   StopReason expected = StopReason::kNone;
   if (reason == StopReason::kNone) return;

@@ -38,6 +38,11 @@ class JobStop {
   JobStop& operator=(const JobStop&) = delete;
 
   void Request(StopReason reason);
+  // Makes it as new for the next job: no reason, wake_fd() not readable.
+  // Only while nobody can Request it (no RunningJobs registration): an
+  // executor keeps one for all its jobs, since an eventfd made and closed
+  // per job was a third of the daemon's CPU per no-op job.
+  void Reset();
   StopReason reason() const { return reason_.load(std::memory_order_acquire); }
   bool requested() const { return reason() != StopReason::kNone; }
   // An eventfd, readable after Request(); owned by this object.

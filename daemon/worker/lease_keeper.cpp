@@ -102,6 +102,12 @@ std::optional<HeldJobs> LeaseKeeper::ReadHeldJobs() {
   return held_jobs_();
 }
 
+bool LeaseKeeper::HeldAs(const std::string& id) const {
+  if (!held()) return false;
+  MutexLock lock(loop_.mu());
+  return identity_.id == id;
+}
+
 std::string LeaseKeeper::worker_id() const {
   MutexLock lock(loop_.mu());
   return identity_.id;

@@ -102,6 +102,9 @@ class LeaseKeeper {
   void SetHeldJobs(std::function<HeldJobs()> held_jobs);
 
   std::string worker_id() const;
+  // held() under the worker id `id` (a claim's): what an executor asks before
+  // and after registering a job, without copying the id.
+  bool HeldAs(const std::string& id) const;
   // False while the lease is lost (no heartbeat for heartbeat_ttl).
   bool held() const { return held_.load(std::memory_order_acquire); }
   // When the thread last finished a round (for the watchdog).

@@ -320,13 +320,13 @@ void QueueRunner::ExecutorLoop(ExecutorSeat& seat) {
       wake = WakeExecutorLocked();
     }
     if (wake) wake->cv.notify_one();
-    Execute(std::move(claimed));
+    Execute(std::move(claimed), seat);
   }
 }
 
-void QueueRunner::Execute(Claimed claimed) {
+void QueueRunner::Execute(Claimed claimed, ExecutorSeat& seat) {
   const ClaimedJob& job = claimed.job;
-  if (!lease_.held() || claimed.worker_id != lease_.worker_id()) {
+  if (!lease_.HeldAs(claimed.worker_id)) {
     // Claimed under a lease lost since: the job is being rescued.
     spdlog::warn("drop job={} task={} queue={} | lease lost before it started: not run", job.id,
                  LogValue(job.task), LogValue(job.queue));
@@ -342,16 +342,18 @@ void QueueRunner::Execute(Claimed claimed) {
   JobOutcome outcome;
   StopReason stopped = StopReason::kNone;
   try {
-    JobStop stop;
+    if (!seat.stop) seat.stop.emplace();  // throws without a free fd
+    JobStop& stop = *seat.stop;
+    stop.Reset();
     running_.Add(job.id, job.run_count, &stop);
-    struct Registration {  // removed on every path, before `stop` dies
+    struct Registration {  // removed on every path, before `stop` is reset
       RunningJobs& running;
       const ClaimedJob& job;
       ~Registration() { running.Remove(job.id, job.run_count); }
     } registration{running_, job};
     // The lease may have ended between the check above and Add: a stop of
     // every running job then missed this one.
-    if (!lease_.held() || claimed.worker_id != lease_.worker_id()) {
+    if (!lease_.HeldAs(claimed.worker_id)) {
       running_.RequestStop(job.id, job.run_count, StopReason::kLeaseLost);
     }
     if (!handler) {
@@ -406,7 +408,7 @@ int QueueRunner::ReleaseInDoubtClaim(const std::string& worker_id) {
   // A lease lost since the claim hands every job of the old id to the
   // rescue, which records what happened: some ran here and were dropped
   // (WorkerLost, an attempt spent). Releasing them would say they never ran.
-  if (!lease_.held() || lease_.worker_id() != worker_id) {
+  if (!lease_.HeldAs(worker_id)) {
     spdlog::info("release_skipped queue={} | the lease was lost since the in-doubt claim; the rescue "
                  "takes its jobs",
                  LogValue(queue_.name));

@@ -28,6 +28,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -87,13 +88,6 @@ class QueueRunner final : private SlotHolder {
     ClaimedJob job;
     std::string worker_id;
   };
-  void ClaimLoop();
-  void Execute(Claimed claimed);
-  // Frees the slots of jobs whose finish is recorded (the finisher, once per
-  // statement) or that were dropped (FreeSlot): one lock and one wake-up of
-  // the claim loop for the lot.
-  void FreeSlots(std::span<const std::int64_t> job_ids) override;
-  void FreeSlot(std::int64_t job_id) { FreeSlots({&job_id, 1}); }
   // An executor's place to wait for a job: its own condition, so a wake-up
   // goes to the executor chosen and is never taken by another (see
   // ExecutorLoop). Owned by the runner, so a wake-up sent after the lock is
@@ -101,7 +95,17 @@ class QueueRunner final : private SlotHolder {
   struct ExecutorSeat {
     CondVar cv;
     bool woken = false;  // guarded by claim_loop_.mu()
+    // The executor's stop handle, made for its first job and reset for
+    // each next one; the executor's thread only.
+    std::optional<JobStop> stop;
   };
+  void ClaimLoop();
+  void Execute(Claimed claimed, ExecutorSeat& seat);
+  // Frees the slots of jobs whose finish is recorded (the finisher, once per
+  // statement) or that were dropped (FreeSlot): one lock and one wake-up of
+  // the claim loop for the lot.
+  void FreeSlots(std::span<const std::int64_t> job_ids) override;
+  void FreeSlot(std::int64_t job_id) { FreeSlots({&job_id, 1}); }
   // Picks the executor to wake for the jobs in ready_ (the one idle the
   // shortest time) when no wake-up is on its way already; the caller
   // notifies its cv after unlocking. Null when there is none to wake.

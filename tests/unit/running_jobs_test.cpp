@@ -2,6 +2,8 @@
 // this daemon and claimed here again has two runs that both stay stoppable.
 #include <catch2/catch.hpp>
 
+#include <poll.h>
+
 #include "worker/running_jobs.h"
 
 namespace akadzed {
@@ -21,6 +23,29 @@ TEST_CASE("two runs of one job are stopped and removed separately", "[running]")
   CHECK_FALSE(running.RequestStop(7, 1, StopReason::kCancelRequested));
   CHECK(running.RequestStop(7, 2, StopReason::kCancelRequested));
   CHECK(second.reason() == StopReason::kCancelRequested);
+}
+
+// An executor keeps one stop handle for all its jobs (queue_runner.cpp).
+TEST_CASE("a stop handle reset for the next job is as new: no reason, its fd quiet until the next request",
+          "[running]") {
+  const auto readable = [](const JobStop& stop) {
+    pollfd fd{stop.wake_fd(), POLLIN, 0};
+    return poll(&fd, 1, 0) == 1;
+  };
+  JobStop stop;
+  stop.Reset();  // a handle never requested stays as it is
+  CHECK_FALSE(stop.requested());
+  CHECK_FALSE(readable(stop));
+  stop.Request(StopReason::kCancelRequested);
+  stop.Request(StopReason::kShutdown);  // the first reason wins
+  CHECK(stop.reason() == StopReason::kCancelRequested);
+  CHECK(readable(stop));
+  stop.Reset();
+  CHECK_FALSE(stop.requested());
+  CHECK_FALSE(readable(stop));
+  stop.Request(StopReason::kLeaseLost);
+  CHECK(stop.reason() == StopReason::kLeaseLost);
+  CHECK(readable(stop));
 }
 
 TEST_CASE("a latched stop reaches runs added later; the first reason wins", "[running]") {
