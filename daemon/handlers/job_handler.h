@@ -26,7 +26,8 @@ enum class StopReason {
   kLeaseLost,        // our heartbeat failed for heartbeat_ttl: not our job now
 };
 
-// A stop request for one running job. Request() may be called from any
+// A stop request for the job an executor runs (one job at a time: the
+// executor resets it between jobs, Reset()). Request() may be called from any
 // thread, any number of times (the first reason wins); the runner sees it
 // through reason() or by polling wake_fd(), which turns readable once a stop
 // has been requested.

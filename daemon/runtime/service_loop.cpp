@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -40,7 +42,12 @@ ServiceLoop::~ServiceLoop() {
 
 void NameCurrentThread(const std::string& name) {
   // The kernel keeps 15 bytes and a NUL; a longer name is refused whole.
-  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  // Cut on a character boundary (never inside a UTF-8 sequence).
+  std::size_t n = std::min<std::size_t>(name.size(), 15);
+  if (n < name.size()) {
+    while (n > 0 && (static_cast<unsigned char>(name[n]) & 0xC0) == 0x80) --n;
+  }
+  pthread_setname_np(pthread_self(), name.substr(0, n).c_str());
 }
 
 void ServiceLoop::Start(std::string name, std::function<void()> body) {

@@ -177,8 +177,14 @@ struct Daemon::Services {
   Finisher finisher;
   LeaseKeeper lease;
   std::vector<std::unique_ptr<QueueRunner>> runners;
-  // Declared after the runners, so these run before they go. The listener's
+  // Declared after the runners, so these run before they go. The finisher
+  // frees slots of the runners (FinishItem::slot): on a path that skips
+  // Stop it ends before they go (after Stop, this is a no-op). The listener's
   // probes read the runners: it stops before they go.
+  struct StopFinisher {
+    Finisher& finisher;
+    ~StopFinisher() { finisher.Stop(Clock::now()); }
+  } stop_finisher{finisher};
   struct StopMonitoring {
     Monitoring& monitoring;
     ~StopMonitoring() { monitoring.Stop(); }

@@ -48,6 +48,10 @@ QueueRunner::~QueueRunner() {
 }
 
 void QueueRunner::Start() {
+  {
+    MutexLock lock(claim_loop_.mu());
+    idle_.reserve(static_cast<std::size_t>(queue_.slots));  // no allocation under the lock later
+  }
   for (int i = 0; i < queue_.slots; ++i) {
     ExecutorSeat& seat = *seats_.emplace_back(std::make_unique<ExecutorSeat>());
     executors_.emplace_back([this, &seat] {
@@ -62,7 +66,10 @@ void QueueRunner::StopClaiming() { claim_loop_.RequestStop(); }
 
 bool QueueRunner::WaitDrained(Clock::time_point deadline) {
   MutexLock lock(claim_loop_.mu());
-  return drained_cv_.wait_until(lock, deadline, [&]() REQUIRES(claim_loop_.mu()) { return busy_ == 0; });
+  // A claim in flight may still bring jobs: they must run (or be released)
+  // before the executors stop.
+  return drained_cv_.wait_until(lock, deadline,
+                                [&]() REQUIRES(claim_loop_.mu()) { return busy_ == 0 && !claim_in_flight_; });
 }
 
 void QueueRunner::Join() {
@@ -173,8 +180,12 @@ void QueueRunner::ClaimLoop() {
         for (const auto& [id, until] : refused_) request.exclude_ids.push_back(id);
         // In flight for the lease keeper's reconcile (held_jobs()) until its
         // jobs are in held_ below, or it failed.
+        // Under the lock that StopClaiming takes: a claim either counts as
+        // in flight before the stop (WaitDrained waits for its jobs) or does
+        // not start.
         {
           MutexLock lock(claim_loop_.mu());
+          if (claim_loop_.stop_requested_locked()) break;
           claim_in_flight_ = true;
           claim_since_ = Clock::now();
           ++claims_started_;
@@ -184,6 +195,7 @@ void QueueRunner::ClaimLoop() {
           ~InFlight() {
             MutexLock lock(runner.claim_loop_.mu());
             runner.claim_in_flight_ = false;
+            if (runner.busy_ == 0) runner.drained_cv_.notify_all();
           }
         } in_flight{*this};
         ClaimResult result;

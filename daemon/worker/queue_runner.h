@@ -95,8 +95,11 @@ class QueueRunner final : private SlotHolder {
   struct ExecutorSeat {
     CondVar cv;
     bool woken = false;  // guarded by claim_loop_.mu()
-    // The executor's stop handle, made for its first job and reset for
-    // each next one; the executor's thread only.
+    // The executor's stop handle, made (by the executor's thread) for its
+    // first job and reset for each next one; other threads reach it only
+    // through RunningJobs while a job is registered. One eventfd per
+    // executor that has run a job: at most the queue's slots, as at its
+    // busiest moment before.
     std::optional<JobStop> stop;
   };
   void ClaimLoop();

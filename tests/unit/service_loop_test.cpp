@@ -11,6 +11,7 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "pg/pg_error.h"
 #include "runtime/service_loop.h"
@@ -111,6 +112,15 @@ TEST_CASE("ServiceLoop: a stop wakes every wait, the stop fd and joins the threa
   loop.Stop();
   CHECK(returned);
   CHECK(thread_name == "a long loop nam");  // the kernel keeps 15 bytes
+  // Never cut inside a UTF-8 character: byte 15 is the second of "е".
+  std::string cut;
+  std::thread([&] {
+    NameCurrentThread("claim очередь");
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    cut = name;
+  }).join();
+  CHECK(cut == "claim очер");
   CHECK(second_returned);
   CHECK(rounds == 0);
   CHECK(poll(&fd, 1, 0) == 1);
