@@ -54,7 +54,7 @@ std::string NextStateSql(std::string_view kind) {
 
 std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& worker_id,
                                      const std::vector<FinishRequest>& requests,
-                                     const TransitionListener* hooks) {
+                                     const TransitionListener* hooks, FinishPlan plan) {
   std::vector<FinishResult> results(requests.size());
   if (requests.empty()) return results;
   std::vector<std::int64_t> ids, run_counts;
@@ -108,9 +108,10 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // one statement is its own.
   std::optional<pg::Transaction> tx;
   if (hooks && hooks->AnyFrom(JobState::kRunning)) tx.emplace(conn);
-  // Planned for each batch: the generic plan of a prepared statement walks
-  // the worker's running jobs once per job in the batch.
-  pg::Result rows = conn.exec_replanned(kSql, params);
+  // Planned for each batch unless the worker runs few jobs: the generic plan
+  // of a prepared statement walks all of the worker's running jobs (the
+  // header, FinishPlan).
+  pg::Result rows = plan == FinishPlan::kPrepared ? conn.exec(kSql, params) : conn.exec_replanned(kSql, params);
   if (tx) {
     std::vector<std::int64_t> applied;
     for (int i = 0; i < rows.rows(); ++i) applied.push_back(rows.int64(i, 0));

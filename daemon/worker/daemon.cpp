@@ -123,9 +123,15 @@ struct Daemon::Services {
         // the lease ends early enough for every handler to be dead before a
         // rescue.
         stall(std::chrono::milliseconds(config.database.stall_timeout_us / 1000)),
-        finisher(conninfo, stall, monitoring.worker_metrics(), hooks),
+        finisher(conninfo, stall, monitoring.worker_metrics(), hooks, FinishPlanFor(TotalSlots(config))),
         lease(conninfo, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config)), stall,
               running, hooks) {}
+
+  static int TotalSlots(const DaemonConfig& config) {
+    int slots = 0;
+    for (const QueueConfig& q : config.queues) slots += q.slots;
+    return slots;
+  }
 
   static WorkerIdentity Identity(const DaemonConfig& config) {
     WorkerIdentity id{RandomUuid(), Hostname(), static_cast<int>(getpid()), {}};

@@ -42,11 +42,12 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
 }  // namespace
 
 Finisher::Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
-                   const TransitionHooks* hooks)
+                   const TransitionHooks* hooks, FinishPlan plan)
     : session_(std::move(conninfo), "akadzed finisher", stall_timeout),
       guard_(SteadyServiceClock(), RetryBackoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500))),
       metrics_(metrics),
-      hooks_(hooks) {}
+      hooks_(hooks),
+      plan_(plan) {}
 
 Finisher::~Finisher() {
   if (loop_.started()) Stop(std::chrono::steady_clock::now());
@@ -154,7 +155,7 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
     for (int rung = 0;; ++rung) {
       try {
         results.push_back(session_.Run([&](pg::Connection& c) {
-          return FinishJobs(c, worker_id, {requests[k]}, hooks_);
+          return FinishJobs(c, worker_id, {requests[k]}, hooks_, plan_);
         }).front());
       } catch (const HookError&) {  // logged by the hook runner
         results.push_back({requests[k].job_id, false, {}, 0, 0});
@@ -220,7 +221,7 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
     for (const bool one_by_one : {false, true}) {
       try {
         if (!one_by_one) {
-          results = session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, requests, hooks_); });
+          results = session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, requests, hooks_, plan_); });
         } else {
           results = FinishOneByOne(worker_id, requests, fates);
           for (std::size_t k = 0; k < members.size(); ++k) batch[members[k]].outcome = requests[k].outcome;

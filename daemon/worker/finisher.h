@@ -54,8 +54,10 @@ class Finisher {
   // each finish's transaction; a finish they refuse is retried with backoff
   // (the job stays running and its slot busy meanwhile).
   // `stall_timeout` bounds its transactions (pg::Connection::Open).
+  // `plan`: how its statements are planned (FinishPlanFor the daemon's
+  // slots, store/job_finish.h).
   Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
-           const TransitionHooks* hooks = nullptr);
+           const TransitionHooks* hooks = nullptr, FinishPlan plan = FinishPlan::kPerBatch);
   ~Finisher();
 
   void Start();
@@ -103,6 +105,7 @@ class Finisher {
   std::chrono::microseconds retry_in_{0};  // the last failure's wait; finisher thread only
   WorkerMetrics& metrics_;
   const TransitionHooks* hooks_;  // may be null
+  const FinishPlan plan_;
   // The thread, its stop, and the mutex (loop_.mu()) guarding:
   ServiceLoop loop_;
   std::deque<FinishItem> pending_ GUARDED_BY(loop_.mu());

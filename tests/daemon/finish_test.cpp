@@ -181,6 +181,38 @@ TEST_CASE("one statement finishes a batch, results in request order", "[finish]"
   }
 }
 
+TEST_CASE("finishes of a daemon with few slots run prepared, on a generic plan, with the same results",
+          "[finish]") {
+  CHECK(FinishPlanFor(8) == FinishPlan::kPrepared);
+  CHECK(FinishPlanFor(kPreparedFinishMaxSlots) == FinishPlan::kPrepared);
+  CHECK(FinishPlanFor(kPreparedFinishMaxSlots + 1) == FinishPlan::kPerBatch);
+  Db db;
+  // Past PostgreSQL's five custom plans, its generic plan is chosen.
+  for (int round = 0; round < 8; ++round) {
+    const auto ok = db.RunningJob(), retried = db.RunningJob(), stale = db.RunningJob();
+    auto results = FinishJobs(db.conn, db.worker,
+                              {{ok, 1, Outcome(OutcomeKind::kSuccess)},
+                               {retried, 1, Outcome(OutcomeKind::kRetry, "E", "m")},
+                               {stale, 2, Outcome(OutcomeKind::kSuccess)}},
+                              nullptr, FinishPlan::kPrepared);
+    REQUIRE(results.size() == 3);
+    CHECK(results[0].state == JobState::kSucceeded);
+    CHECK(results[1].state == JobState::kQueued);
+    CHECK(results[1].attempt == 1);
+    CHECK_FALSE(results[2].applied);
+    CHECK(db.Row(stale)["state"] == "running");
+  }
+  // Through a pooler every statement runs unnamed (pg/connection.h): the
+  // same results, planned each time.
+  if (db.conn.pooled()) return;
+  pg::Result plans = db.conn.exec(
+      "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+      " WHERE statement LIKE '%UPDATE akadze.jobs AS j SET%'");
+  REQUIRE(plans.rows() == 1);
+  CHECK(plans.int64(0, 0) >= 1);
+  CHECK(plans.int64(0, 1) == 5);
+}
+
 TEST_CASE("a result jsonb refuses fails the statement as an SqlError", "[finish]") {
   Db db;
   auto id = db.RunningJob();
