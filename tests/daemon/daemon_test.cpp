@@ -234,6 +234,31 @@ TEST_CASE("SIGTERM drains short jobs and releases long ones", "[daemon]") {
   CHECK(ProcessGone(ReadPid(pidfile)));
 }
 
+TEST_CASE("SIGTERM during a claim: the jobs it brings run before the daemon stops",
+          "[daemon][direct]") {  // a session advisory lock: not through a pooler
+  DaemonFixture f;
+  std::string script = f.dir.Write("quick.sh", "#!/bin/sh\ncat >/dev/null\n", true);
+  // Another session holds the queue's claim lock (claim_transaction.cpp):
+  // the daemon's first claim waits for it, in flight.
+  pg::Connection holder = pg::Connection::Open(f.db);
+  holder.exec("SELECT pg_advisory_lock(hashtextextended('akadze.claim_queue:' || 'default', 0))");
+  const auto id = f.Enqueue("quick");
+  auto daemon = f.Start(f.Config(Shell("quick", script)));
+  REQUIRE(WaitUntil([&] {
+    return f.conn.exec("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").int64(0, 0) == 1;
+  }));
+  daemon->Signal(SIGTERM);
+  REQUIRE(daemon->WaitForLog("draining for up to"));
+  // The claim ends after the stop was asked for; the drain waits for it and
+  // for the job it took, which runs (before, the executors had stopped and
+  // the job stayed running under a worker gone, for the rescue).
+  holder.exec("SELECT pg_advisory_unlock_all()");
+  CHECK(daemon->Wait(30s) == 0);
+  INFO(daemon->Log());
+  CHECK(f.State(id) == "succeeded");
+  CHECK(f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0) == 0);
+}
+
 TEST_CASE("a second SIGTERM cuts the drain short", "[daemon]") {
   DaemonFixture f;
   std::string script = f.dir.Write("forever.sh", "#!/bin/sh\nexec sleep 300\n", true);
