@@ -31,7 +31,7 @@ using pg::Result;
 
 const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses",
                                                "003_limit_keys", "004_claim_key_index",
-                                               "005_limit_window_bound"};
+                                               "005_limit_window_bound", "006_enqueue"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -92,7 +92,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "005_limit_window_bound");
+  CHECK(ExpectedSchemaVersion() == "006_enqueue");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -424,6 +424,7 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
   std::vector<std::string> names = Column(r, 0);
   CHECK(names == std::vector<std::string>{"jobs_claim_idx", "jobs_claim_key_idx",
                                           "jobs_finished_at_idx", "jobs_pkey",
+                                          "jobs_queued_cancel_idx", "jobs_queued_expires_idx",
                                           "jobs_running_limit_key_idx", "jobs_running_worker_idx",
                                           "jobs_unique_key_active_idx"});
   auto def = [&](const std::string& name) -> std::string {
@@ -439,6 +440,14 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
   CHECK(def("jobs_claim_key_idx") ==
         "CREATE INDEX jobs_claim_key_idx ON akadze.jobs USING btree"
         " (queue, limit_key, priority DESC, run_at, id) WHERE (state = 'queued'::text)");
+  // akadzed's: the sweep's queued rows with a cancel request or an expiry
+  // (006_enqueue), and no other row.
+  CHECK(def("jobs_queued_cancel_idx") ==
+        "CREATE INDEX jobs_queued_cancel_idx ON akadze.jobs USING btree (id)"
+        " WHERE ((state = 'queued'::text) AND (cancel_requested_at IS NOT NULL))");
+  CHECK(def("jobs_queued_expires_idx") ==
+        "CREATE INDEX jobs_queued_expires_idx ON akadze.jobs USING btree (expires_at, id)"
+        " WHERE ((state = 'queued'::text) AND (expires_at IS NOT NULL))");
   CHECK(def("jobs_running_worker_idx") ==
         "CREATE INDEX jobs_running_worker_idx ON akadze.jobs USING btree (worker_id)"
         " WHERE (state = 'running'::text)");
@@ -480,7 +489,8 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
                                                            "applied 002_queue_pauses",
                                                            "applied 003_limit_keys",
                                                            "applied 004_claim_key_index",
-                                                           "applied 005_limit_window_bound"});
+                                                           "applied 005_limit_window_bound",
+                                                           "applied 006_enqueue"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});

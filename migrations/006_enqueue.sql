@@ -1,0 +1,363 @@
+-- akadzed 006_enqueue: the producers' API, and the indexes the daemons'
+-- sweep of dead queued jobs reads.
+--
+-- akadze.enqueue(...) and akadze.enqueue_many(...) insert jobs for an
+-- application that has EXECUTE on them and no INSERT or UPDATE on
+-- akadze.jobs (docs/security.md gives the grants): SECURITY DEFINER with a
+-- fixed search_path, every name below schema-qualified. They check what an
+-- application can get wrong (docs/enqueue.md lists each message), write no
+-- column a producer must not set (state, worker_id, run_count, attempt, ...),
+-- and send NOTIFY akadze_jobs with the queue's name when a job is ready now
+-- (PostgreSQL sends one notification per queue per transaction). A plain
+-- INSERT still works, as akadze's own library does it.
+--
+-- Only functions and two partial indexes are added: akadze's schema, its
+-- readers and its writers are unchanged.
+
+-- The sweep (store/queued_sweep.h) ends queued jobs whose cancel was
+-- requested and queued jobs past expires_at, as akadze's workers do. Both
+-- indexes hold only such rows (or rows that will be such), so the sweep
+-- reads no other queued job and a claim or finish writes no entry to them.
+CREATE INDEX jobs_queued_cancel_idx ON akadze.jobs (id)
+    WHERE state = 'queued' AND cancel_requested_at IS NOT NULL;
+CREATE INDEX jobs_queued_expires_idx ON akadze.jobs (expires_at, id)
+    WHERE state = 'queued' AND expires_at IS NOT NULL;
+
+-- One job as the producer described it (a JSON object), checked and typed.
+-- `what` prefixes each message: 'akadze.enqueue: ' or
+-- 'akadze.enqueue_many: jobs[3].'. Raises SQLSTATE 22023
+-- (invalid_parameter_value) naming the field; never writes.
+CREATE FUNCTION akadze.enqueue_checked(job jsonb, what text,
+    OUT task text, OUT args jsonb, OUT queue text, OUT priority smallint,
+    OUT run_at timestamptz, OUT limit_key text, OUT unique_key text,
+    OUT max_attempts integer, OUT expires_at timestamptz, OUT meta jsonb)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    field text;
+    value jsonb;
+    n numeric;
+    delay interval;
+    stage text;
+BEGIN
+    IF job IS NULL OR jsonb_typeof(job) <> 'object' THEN
+        RAISE EXCEPTION '% must be a JSON object with at least a task, not %', rtrim(what, '.: '),
+            COALESCE(jsonb_typeof(job), 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR field IN SELECT k FROM jsonb_object_keys(job) AS k LOOP
+        IF field NOT IN ('task', 'args', 'queue', 'priority', 'limit_key', 'run_at', 'delay',
+                         'max_attempts', 'unique_key', 'expires_at', 'meta') THEN
+            RAISE EXCEPTION '%: % is not a field a producer sets (fields: task, args, queue, priority, limit_key, run_at, delay, max_attempts, unique_key, expires_at, meta)',
+                rtrim(what, '.: '), quote_ident(field) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+
+    value := job -> 'task';
+    IF value IS NULL OR jsonb_typeof(value) <> 'string' OR value #>> '{}' = '' THEN
+        RAISE EXCEPTION '%task must be a non-empty string', what USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    task := value #>> '{}';
+
+    value := job -> 'args';
+    IF value IS NULL OR value = 'null' THEN
+        args := '{}';
+    ELSIF jsonb_typeof(value) <> 'object' THEN
+        RAISE EXCEPTION '%args must be a JSON object, not %', what, jsonb_typeof(value)
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSE
+        args := value;
+    END IF;
+
+    value := job -> 'meta';
+    IF value IS NULL OR value = 'null' THEN
+        meta := '{}';
+    ELSIF jsonb_typeof(value) <> 'object' THEN
+        RAISE EXCEPTION '%meta must be a JSON object, not %', what, jsonb_typeof(value)
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSE
+        meta := value;
+    END IF;
+
+    value := job -> 'queue';
+    IF value IS NULL OR value = 'null' THEN
+        queue := 'default';
+    ELSIF jsonb_typeof(value) <> 'string' OR value #>> '{}' = '' THEN
+        RAISE EXCEPTION '%queue must be a non-empty string', what USING ERRCODE = 'invalid_parameter_value';
+    ELSE
+        queue := value #>> '{}';
+    END IF;
+
+    FOREACH field IN ARRAY ARRAY['limit_key', 'unique_key'] LOOP
+        value := job -> field;
+        IF value IS NOT NULL AND value <> 'null' AND
+           (jsonb_typeof(value) <> 'string' OR value #>> '{}' = '') THEN
+            RAISE EXCEPTION '% must be a non-empty string or null', what || field
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+    limit_key := job ->> 'limit_key';
+    unique_key := job ->> 'unique_key';
+
+    value := job -> 'priority';
+    IF value IS NULL OR value = 'null' THEN
+        priority := 0;
+    ELSE
+        n := CASE WHEN jsonb_typeof(value) = 'number' THEN (value #>> '{}')::numeric END;
+        IF n IS NULL OR n <> trunc(n) OR n < -32768 OR n > 32767 THEN
+            RAISE EXCEPTION '%priority must be an integer from -32768 to 32767, not %', what, value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        priority := n;
+    END IF;
+
+    value := job -> 'max_attempts';
+    IF value IS NULL OR value = 'null' THEN
+        max_attempts := 3;
+    ELSE
+        n := CASE WHEN jsonb_typeof(value) = 'number' THEN (value #>> '{}')::numeric END;
+        IF n IS NULL OR n <> trunc(n) OR n < 1 OR n > 2147483647 THEN
+            RAISE EXCEPTION '%max_attempts must be an integer from 1 to 2147483647, not %', what, value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        max_attempts := n;
+    END IF;
+
+    FOREACH field IN ARRAY ARRAY['run_at', 'expires_at', 'delay'] LOOP
+        value := job -> field;
+        IF value IS NOT NULL AND value <> 'null' AND jsonb_typeof(value) <> 'string' AND
+           NOT (field = 'delay' AND jsonb_typeof(value) = 'number') THEN
+            RAISE EXCEPTION '% must be %, not %', what || field,
+                CASE field WHEN 'delay' THEN 'an interval (''5 minutes'') or a number of seconds'
+                           ELSE 'a timestamp (ISO-8601, e.g. 2026-12-01T09:00:00Z)' END,
+                jsonb_typeof(value) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+    IF job -> 'run_at' IS NOT NULL AND job -> 'run_at' <> 'null' AND
+       job -> 'delay' IS NOT NULL AND job -> 'delay' <> 'null' THEN
+        RAISE EXCEPTION '%run_at and delay exclude each other: give one or neither', what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Text a timestamp or interval cannot hold is a producer's mistake too:
+    -- the casts fail inside this block and say which field.
+    IF job ?| ARRAY['run_at', 'expires_at', 'delay'] THEN
+        BEGIN
+            stage := 'run_at';
+            run_at := (job ->> 'run_at')::timestamptz;
+            stage := 'expires_at';
+            expires_at := (job ->> 'expires_at')::timestamptz;
+            stage := 'delay';
+            IF jsonb_typeof(job -> 'delay') = 'number' THEN
+                delay := (job ->> 'delay')::numeric * interval '1 second';
+            ELSE
+                delay := (job ->> 'delay')::interval;
+            END IF;
+            IF delay IS NOT NULL THEN
+                IF delay < interval '0' THEN
+                    RAISE EXCEPTION '%delay must not be negative, not %', what, job -> 'delay'
+                        USING ERRCODE = 'invalid_parameter_value';
+                END IF;
+                run_at := now() + delay;
+            END IF;
+        EXCEPTION
+            WHEN invalid_datetime_format OR datetime_field_overflow OR invalid_text_representation
+                OR interval_field_overflow OR numeric_value_out_of_range OR invalid_parameter_value THEN
+                IF SQLSTATE = '22023' AND SQLERRM LIKE what || '%' THEN
+                    RAISE;
+                END IF;
+                RAISE EXCEPTION '% is not %: %', what || stage,
+                    CASE stage WHEN 'delay' THEN 'a non-negative interval within range'
+                               ELSE 'a timestamp (ISO-8601, e.g. 2026-12-01T09:00:00Z)' END,
+                    job -> stage USING ERRCODE = 'invalid_parameter_value';
+        END;
+        IF run_at IS NOT NULL AND NOT isfinite(run_at) THEN
+            RAISE EXCEPTION '%run_at must be a finite timestamp, not %', what, job -> 'run_at'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF expires_at IS NOT NULL AND NOT isfinite(expires_at) THEN
+            RAISE EXCEPTION '%expires_at must be a finite timestamp or null, not %', what, job -> 'expires_at'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF expires_at IS NOT NULL AND expires_at <= COALESCE(run_at, now()) THEN
+            RAISE EXCEPTION '%expires_at must be after the time the job may run (%), not %', what,
+                CASE WHEN run_at IS NULL THEN 'now' ELSE 'run_at' END, job -> 'expires_at'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    run_at := COALESCE(run_at, now());
+END $$;
+
+-- The jobs of one call, in input order; ids in that order. Shared by
+-- enqueue and enqueue_many (what: each message's prefix, '' for many).
+CREATE FUNCTION akadze.enqueue_jobs(jobs jsonb, on_conflict text, caller text)
+RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+    ids bigint[];
+    plain_ords bigint[];
+    plain_ids bigint[];
+    ready_queues text[];
+    r record;
+    holder_id bigint;
+    holder_state text;
+    inserted_id bigint;
+    ready boolean;
+    tries integer;
+    first_ord bigint;
+BEGIN
+    IF on_conflict IS NULL OR on_conflict NOT IN ('skip', 'replace', 'raise') THEN
+        RAISE EXCEPTION '%: on_conflict must be skip, replace or raise, not %', caller,
+            COALESCE(quote_literal(on_conflict), 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' THEN
+        RAISE EXCEPTION '%: jobs must be a JSON array of job objects, not %', caller,
+            COALESCE(jsonb_typeof(jobs), 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := jsonb_array_length(jobs);
+    IF n = 0 THEN
+        RETURN '{}';
+    END IF;
+    ids := array_fill(NULL::bigint, ARRAY[n]);
+
+    -- Jobs without a unique_key: one INSERT. Their ids come from the
+    -- identity in insertion order, which is input order (the sort runs
+    -- before the volatile default is evaluated).
+    WITH input AS (
+        SELECT e.ord, c.*
+        FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord),
+             LATERAL akadze.enqueue_checked(e.job,
+                 CASE WHEN caller = 'akadze.enqueue' THEN 'akadze.enqueue: '
+                      ELSE caller || ': jobs[' || (e.ord - 1) || '].' END) AS c
+        WHERE jsonb_typeof(e.job) <> 'object' OR e.job -> 'unique_key' IS NULL
+           OR e.job -> 'unique_key' = 'null'
+        ORDER BY e.ord),
+    inserted AS (
+        INSERT INTO akadze.jobs (task, args, queue, priority, run_at, limit_key, max_attempts,
+                                 expires_at, meta)
+        SELECT i.task, i.args, i.queue, i.priority, i.run_at, i.limit_key, i.max_attempts,
+               i.expires_at, i.meta
+        FROM input AS i ORDER BY i.ord
+        RETURNING akadze.jobs.id, akadze.jobs.queue, akadze.jobs.run_at <= now() AS ready)
+    SELECT array_agg(i.id ORDER BY i.id), array_agg(DISTINCT i.queue) FILTER (WHERE i.ready)
+        INTO plain_ids, ready_queues FROM inserted AS i;
+    IF plain_ids IS NOT NULL THEN
+        SELECT array_agg(e.ord ORDER BY e.ord) INTO plain_ords
+        FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord)
+        WHERE e.job -> 'unique_key' IS NULL OR e.job -> 'unique_key' = 'null';
+        FOR i IN 1 .. array_length(plain_ids, 1) LOOP
+            ids[plain_ords[i]] := plain_ids[i];
+        END LOOP;
+    END IF;
+
+    -- Jobs with a unique_key, one at a time: an active job (queued or
+    -- running) holding the key decides by on_conflict.
+    FOR r IN
+        SELECT e.ord, c.*
+        FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord),
+             LATERAL akadze.enqueue_checked(e.job,
+                 CASE WHEN caller = 'akadze.enqueue' THEN 'akadze.enqueue: '
+                      ELSE caller || ': jobs[' || (e.ord - 1) || '].' END) AS c
+        WHERE e.job -> 'unique_key' IS NOT NULL AND e.job -> 'unique_key' <> 'null'
+        ORDER BY e.ord
+    LOOP
+        IF on_conflict = 'replace' THEN
+            SELECT min(e.ord) INTO first_ord FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord)
+            WHERE e.job ->> 'unique_key' = r.unique_key;
+            IF first_ord < r.ord THEN
+                RAISE EXCEPTION '%: jobs[%] and jobs[%] have the same unique_key %: one call can replace a job once',
+                    caller, first_ord - 1, r.ord - 1, quote_literal(r.unique_key)
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END IF;
+        tries := 0;
+        LOOP
+            tries := tries + 1;
+            INSERT INTO akadze.jobs (task, args, queue, priority, run_at, limit_key, unique_key,
+                                     max_attempts, expires_at, meta)
+            VALUES (r.task, r.args, r.queue, r.priority, r.run_at, r.limit_key, r.unique_key,
+                    r.max_attempts, r.expires_at, r.meta)
+            ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
+            DO NOTHING
+            RETURNING akadze.jobs.id, akadze.jobs.run_at <= now() INTO inserted_id, ready;
+            IF inserted_id IS NOT NULL THEN
+                ids[r.ord] := inserted_id;
+                IF ready THEN ready_queues := array_append(ready_queues, r.queue); END IF;
+                EXIT;
+            END IF;
+            SELECT j.id, j.state INTO holder_id, holder_state FROM akadze.jobs AS j
+            WHERE j.unique_key = r.unique_key AND j.state IN ('queued', 'running')
+            FOR UPDATE;
+            IF holder_id IS NOT NULL THEN
+                IF on_conflict = 'skip' THEN
+                    ids[r.ord] := holder_id;
+                    EXIT;
+                ELSIF on_conflict = 'raise' THEN
+                    RAISE EXCEPTION '%: unique_key % is already held by job % (%); no job enqueued',
+                        caller, quote_literal(r.unique_key), holder_id, holder_state
+                        USING ERRCODE = 'unique_violation';
+                ELSIF holder_state <> 'queued' THEN
+                    RAISE EXCEPTION '%: unique_key % is held by job %, which is %: only a queued job can be replaced; no job enqueued',
+                        caller, quote_literal(r.unique_key), holder_id, holder_state
+                        USING ERRCODE = 'unique_violation';
+                END IF;
+                UPDATE akadze.jobs AS j SET args = r.args, run_at = r.run_at
+                WHERE j.id = holder_id RETURNING j.run_at <= now() INTO ready;
+                ids[r.ord] := holder_id;
+                IF ready THEN ready_queues := array_append(ready_queues, r.queue); END IF;
+                EXIT;
+            END IF;
+            -- The holder ended between the two statements: insert again. A
+            -- snapshot that cannot see the holder (REPEATABLE READ) would
+            -- loop for ever: give up after a few tries.
+            IF tries >= 5 THEN
+                RAISE EXCEPTION '%: unique_key % is held by a job this transaction cannot see; retry in a new transaction',
+                    caller, quote_literal(r.unique_key) USING ERRCODE = 'serialization_failure';
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    PERFORM pg_notify('akadze_jobs', q) FROM (SELECT DISTINCT unnest(ready_queues) AS q) AS queues;
+    RETURN ids;
+END $$;
+
+CREATE FUNCTION akadze.enqueue(
+    task text,
+    args jsonb DEFAULT '{}',
+    queue text DEFAULT 'default',
+    priority bigint DEFAULT 0,
+    limit_key text DEFAULT NULL,
+    run_at timestamptz DEFAULT NULL,
+    delay interval DEFAULT NULL,
+    max_attempts bigint DEFAULT 3,
+    unique_key text DEFAULT NULL,
+    on_conflict text DEFAULT 'skip',
+    expires_at timestamptz DEFAULT NULL,
+    meta jsonb DEFAULT '{}')
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT (akadze.enqueue_jobs(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+        'task', to_jsonb(task), 'args', args, 'queue', to_jsonb(queue),
+        'priority', to_jsonb(priority), 'limit_key', to_jsonb(limit_key),
+        'run_at', to_jsonb(run_at), 'delay', to_jsonb(delay::text),
+        'max_attempts', to_jsonb(max_attempts), 'unique_key', to_jsonb(unique_key),
+        'expires_at', to_jsonb(expires_at), 'meta', meta))
+        -- jsonb_strip_nulls drops SQL NULLs; a missing task must still be named.
+        || CASE WHEN task IS NULL THEN '{"task": null}'::jsonb ELSE '{}'::jsonb END
+        || CASE WHEN args = 'null' THEN '{"args": null}'::jsonb ELSE '{}'::jsonb END),
+        on_conflict, 'akadze.enqueue'))[1]
+$$;
+
+CREATE FUNCTION akadze.enqueue_many(jobs jsonb, on_conflict text DEFAULT 'skip')
+RETURNS bigint[]
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT akadze.enqueue_jobs(jobs, on_conflict, 'akadze.enqueue_many')
+$$;
+
+-- Functions are executable by PUBLIC unless revoked: only roles granted
+-- EXECUTE (docs/security.md) may enqueue; the helpers are called by the
+-- two SECURITY DEFINER functions as their owner.
+REVOKE ALL ON FUNCTION akadze.enqueue_checked(jsonb, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION akadze.enqueue_jobs(jsonb, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION akadze.enqueue(text, jsonb, text, bigint, text, timestamptz, interval, bigint,
+                                      text, text, timestamptz, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION akadze.enqueue_many(jsonb, text) FROM PUBLIC;
