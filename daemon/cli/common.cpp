@@ -34,7 +34,7 @@ void PrintError(const std::string& prefix, const std::exception& error) {
   std::string message = error.what();
   if (const auto* pg_error = dynamic_cast<const pg::PgError*>(&error)) {
     const std::string& state = pg_error->sqlstate();
-    if (state == "42P01" || state == "42703" || state == "3F000") {
+    if (state == "42P01" || state == "42703" || state == "42883" || state == "3F000") {
       message += " (is the akadze schema migrated? run: akadzed migrate)";
     }
   }

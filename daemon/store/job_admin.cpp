@@ -72,14 +72,15 @@ JobRow EnqueueJob(pg::Connection& conn, const EnqueueRequest& request) {
   ValidateEnqueue(request);
   CheckTimestamp(conn, request.run_at, "--run-at");
   CheckTimestamp(conn, request.expires_at, "--expires-at");
+  std::int64_t id = 0;
   try {
+    // The producers' function (migrations/006_enqueue.sql): the same checks,
+    // conflict handling and NOTIFY as an application's enqueue.
     pg::Result r = conn.exec(
-        "INSERT INTO akadze.jobs AS j (task, args, queue, priority, run_at, limit_key, unique_key,"
-        " max_attempts, expires_at)"
-        " VALUES ($1, $2::jsonb, $3, $4::smallint,"
-        "   COALESCE($5::timestamptz, now() + COALESCE($6::int8, 0) * interval '1 microsecond'),"
-        "   $7, $8, $9::int, $10::timestamptz)"
-        " RETURNING " + JobRowColumns(kJobRowForAdmin, "j"),
+        "SELECT akadze.enqueue(task => $1, args => $2::jsonb, queue => $3,"
+        " priority => $4::int8, run_at => $5::timestamptz,"
+        " delay => $6::int8 * interval '1 microsecond', limit_key => $7, unique_key => $8,"
+        " on_conflict => 'raise', max_attempts => $9::int8, expires_at => $10::timestamptz)",
         pg::Params()
             .add(request.task)
             .add(request.args_json)
@@ -91,14 +92,22 @@ JobRow EnqueueJob(pg::Connection& conn, const EnqueueRequest& request) {
             .add(request.unique_key)
             .add(request.max_attempts)
             .add(request.expires_at));
-    return ReadJobRow(r, 0, kJobRowForAdmin);
+    id = r.int64(0, 0);
   } catch (const pg::SqlError& e) {
-    if (e.sqlstate() == "23505" && request.unique_key) {
-      throw AdminError("unique_key '" + *request.unique_key + "' is already held by " +
-                       ActiveHolder(conn, *request.unique_key) + "; no job enqueued");
-    }
+    // The function's own refusals: its message without the statement's and
+    // the function's prefixes.
+    const std::string message = e.what();
+    constexpr std::string_view kPrefix = "akadze.enqueue: ";
+    const std::size_t at = message.find(kPrefix);
+    if (at == std::string::npos) throw;
+    const std::string why = message.substr(at + kPrefix.size());
+    if (e.sqlstate() == "23505") throw AdminError(why);
+    if (e.sqlstate() == "22023") throw std::invalid_argument(why);
     throw;
   }
+  std::optional<JobRow> job = ReadJob(conn, id, kJobRowForAdmin);
+  if (!job) throw AdminError("job " + std::to_string(id) + " ended before it could be shown");
+  return *job;
 }
 
 std::vector<JobRow> ListJobs(pg::Connection& conn, const std::optional<std::string>& queue,

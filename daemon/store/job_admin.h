@@ -57,10 +57,13 @@ struct EnqueueRequest {
 // negative delay, both delay and run_at), before any SQL.
 void ValidateEnqueue(const EnqueueRequest& request);
 
-// Inserts one job and returns it. Validates first (see ValidateEnqueue); a
-// run_at/expires_at PostgreSQL cannot read as timestamptz is
-// std::invalid_argument. A queued or running job with the same unique_key is
-// an AdminError naming that job.
+// Enqueues one job through akadze.enqueue (migrations/006_enqueue.sql, with
+// on_conflict 'raise': it also sends NOTIFY akadze_jobs when the job is
+// ready now) and returns it. Validates first (see ValidateEnqueue); a
+// run_at/expires_at PostgreSQL cannot read as timestamptz, or one the
+// function refuses (expires_at not after the run time, an infinite run_at),
+// is std::invalid_argument. A queued or running job with the same unique_key
+// is an AdminError naming that job.
 JobRow EnqueueJob(pg::Connection& conn, const EnqueueRequest& request);
 
 // Newest first (id DESC), at most `limit` jobs; filters are optional.

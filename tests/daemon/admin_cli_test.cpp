@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <libpq-fe.h>
+#include <poll.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -136,6 +139,12 @@ TEST_CASE("admin enqueue: error paths", "[admin]") {
     db.Fails({"enqueue", "t", "--priority", "40000"}, 2);
     db.Fails({"enqueue", "t", "--max-attempts", "0"}, 2);
     db.Fails({"enqueue"}, 2);
+    // Refused by akadze.enqueue itself, with its message.
+    CHECK(db.Fails({"enqueue", "t", "--run-at", "infinity"}, 2) ==
+          "enqueue: run_at must be a finite timestamp, not \"infinity\"\n");
+    CHECK(Contains(db.Fails({"enqueue", "t", "--expires-at", "2001-01-01T00:00:00Z"}, 2),
+                   "enqueue: expires_at must be after the time the job may run (now)"));
+    CHECK(db.conn.exec("SELECT count(*) FROM akadze.jobs").int64(0, 0) == 0);
   }
   SECTION("a duplicate active unique_key is a clear error, exit 1") {
     const std::int64_t first = std::stoll(db.Ok({"enqueue", "t", "--unique-key", "daily"}));
@@ -154,6 +163,28 @@ TEST_CASE("admin enqueue: error paths", "[admin]") {
     CHECK(Contains(r.err, "akadzed migrate"));
     CHECK(test::Lines(r.err).size() == 1);
   }
+}
+
+// [direct]: LISTEN needs a session of its own.
+TEST_CASE("admin enqueue: a job ready now wakes LISTEN akadze_jobs, a delayed one does not",
+          "[admin][direct]") {
+  Db db;
+  Connection listener = Connection::Open(db.url);
+  listener.exec("LISTEN akadze_jobs");
+  db.Ok({"enqueue", "t", "--queue", "later", "--delay", "1h"});
+  db.Ok({"enqueue", "t", "--queue", "mail"});
+  std::vector<std::string> payloads;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (payloads.empty() && std::chrono::steady_clock::now() < until) {
+    REQUIRE(PQconsumeInput(listener.raw()) == 1);
+    while (PGnotify* n = PQnotifies(listener.raw())) {
+      payloads.emplace_back(n->extra);
+      PQfreemem(n);
+    }
+    pollfd p{PQsocket(listener.raw()), POLLIN, 0};
+    if (payloads.empty()) ::poll(&p, 1, 100);
+  }
+  CHECK(payloads == std::vector<std::string>{"mail"});
 }
 
 TEST_CASE("admin jobs list: newest first, filters, limit, never args", "[admin]") {
