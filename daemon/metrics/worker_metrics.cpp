@@ -30,7 +30,14 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const std::vector<std::s
           {"task", "outcome"})),
       job_duration_(registry.AddHistogram("akadzed_job_duration_seconds",
                                           "Handler run time of claimed jobs, per task", {"task"},
-                                          kJobBounds)) {
+                                          kJobBounds)),
+      queued_jobs_swept_(registry.AddCounter(
+          "akadzed_queued_jobs_swept_total",
+          "Queued jobs this daemon ended cancelled, by reason: cancel_requested, expired "
+          "(past expires_at)",
+          {"reason"})) {
+  queued_jobs_swept_.Init({"cancel_requested"});
+  queued_jobs_swept_.Init({"expired"});
   for (const std::string& queue : queues) {
     claim_duration_.Init({queue});
     claim_rows_read_.Init({queue});
@@ -48,6 +55,10 @@ void WorkerMetrics::JobEnded(const std::string& task, const std::string& outcome
                              std::optional<double> seconds) {
   job_outcomes_.Add({task, outcome});
   if (seconds) job_duration_.Observe({task}, *seconds);
+}
+
+void WorkerMetrics::QueuedJobsSwept(const std::string& reason, std::int64_t count) {
+  queued_jobs_swept_.Add({reason}, static_cast<double>(count));
 }
 
 }  // namespace akadzed

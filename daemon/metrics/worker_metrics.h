@@ -15,6 +15,7 @@
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ class WorkerMetrics {
   // `seconds` (nullopt: the handler never ran).
   void JobEnded(const std::string& task, const std::string& outcome,
                 std::optional<double> seconds);
+  // The lease keeper's sweep (store/queued_sweep.h) ended `count` queued
+  // jobs for `reason` ("cancel_requested" or "expired").
+  void QueuedJobsSwept(const std::string& reason, std::int64_t count);
 
   const CounterFamily& job_outcomes() const { return job_outcomes_; }
   const HistogramFamily& job_duration() const { return job_duration_; }
@@ -45,6 +49,7 @@ class WorkerMetrics {
   CounterFamily& jobs_claimed_;
   CounterFamily& job_outcomes_;
   HistogramFamily& job_duration_;
+  CounterFamily& queued_jobs_swept_;
 };
 
 }  // namespace akadzed

@@ -125,7 +125,7 @@ struct Daemon::Services {
         stall(std::chrono::milliseconds(config.database.stall_timeout_us / 1000)),
         finisher(conninfo, stall, monitoring.worker_metrics(), hooks, FinishPlanFor(TotalSlots(config))),
         lease(conninfo, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config)), stall,
-              running, hooks) {}
+              running, hooks, &monitoring.worker_metrics()) {}
 
   static int TotalSlots(const DaemonConfig& config) {
     int slots = 0;

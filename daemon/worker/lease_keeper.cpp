@@ -9,16 +9,19 @@
 #include "core/redact.h"
 #include "pg/pg_error.h"
 #include "store/job_finish.h"
+#include "store/queued_sweep.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {
 
 LeaseKeeper::LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
                          std::int64_t lease_span_us, std::chrono::milliseconds stall_timeout,
-                         RunningJobs& running, const TransitionHooks* hooks, const ServiceClock& clock)
+                         RunningJobs& running, const TransitionHooks* hooks, WorkerMetrics* metrics,
+                         const ServiceClock& clock)
     : session_(std::move(conninfo), "akadzed lease", stall_timeout),
       timings_(timings),
       hooks_(hooks),
+      metrics_(metrics),
       running_(running),
       lease_span_us_(lease_span_us),
       guard_(clock, RetryBackoff(std::chrono::microseconds(timings.heartbeat_interval_us),
@@ -299,6 +302,8 @@ void LeaseKeeper::Round() {
     }
   }
 
+  Sweep();
+
   // After an outage every worker's heartbeat looks old: the first daemon
   // back would rescue the jobs of the others, whose finishes are waiting to
   // be written, and run them again. So the rescue holds off for heartbeat_ttl
@@ -339,6 +344,47 @@ void LeaseKeeper::Round() {
     if (skipped_logged_.insert(id).second) {
       spdlog::error("rescue_skipped job={} | neither its rescue nor its failure could be written; left "
                     "running and tried again each round",
+                    id);
+    }
+  }
+}
+
+void LeaseKeeper::Sweep() {
+  // Batches until one comes back short: a backlog (a mass cancel, a queue
+  // of expired jobs) ends within a few rounds, each batch one short
+  // statement on rows nothing else wants.
+  constexpr int kBatch = 500;
+  constexpr int kMaxBatchesPerRound = 20;
+  std::vector<std::int64_t> skipped;
+  for (int i = 0; i < kMaxBatchesPerRound; ++i) {
+    std::vector<SweptJob> swept;
+    try {
+      swept = session_.Run([&](pg::Connection& c) { return SweepQueuedJobs(c, kBatch, hooks_, &skipped); });
+    } catch (const pg::ConnectionError&) {
+      throw;
+    } catch (const pg::PgError& e) {
+      spdlog::error("sweep_failed | {}", OneLine(e.what()));
+      break;
+    }
+    std::int64_t counts[2] = {0, 0};
+    for (const SweptJob& job : swept) {
+      ++counts[job.reason == SweepReason::kExpired ? 1 : 0];
+      spdlog::debug("swept job={} reason={} state=cancelled", job.id, SweepReasonName(job.reason));
+    }
+    if (!swept.empty()) {
+      spdlog::info("swept cancel_requested={} expired={} | queued jobs ended cancelled", counts[0],
+                   counts[1]);
+    }
+    if (metrics_) {
+      if (counts[0] > 0) metrics_->QueuedJobsSwept(SweepReasonName(SweepReason::kCancelRequested), counts[0]);
+      if (counts[1] > 0) metrics_->QueuedJobsSwept(SweepReasonName(SweepReason::kExpired), counts[1]);
+    }
+    if (counts[0] < kBatch && counts[1] < kBatch) break;
+  }
+  for (std::int64_t id : skipped) {
+    if (sweep_skipped_logged_.insert(id).second) {
+      spdlog::error("sweep_skipped job={} | a hook refused its cancel, or the cancel could not be "
+                    "written; left queued (never claimed) and tried again each round",
                     id);
     }
   }

@@ -8,6 +8,8 @@
 //    its finish given up or lost with a failover, or never started); a cancel
 //    request stops the job (kCancelRequested), a job no longer ours (rescued
 //    while we were slow) stops without a finish (kLeaseLost);
+//  - ends queued jobs whose cancel was requested or whose expires_at has
+//    passed (store/queued_sweep.h), as akadze's workers do;
 //  - rescues jobs of workers whose heartbeat is older than heartbeat_ttl.
 //
 // The lease lasts lease_span (config.h, LeaseSpanUs: heartbeat_ttl minus the
@@ -46,6 +48,7 @@
 
 #include "config/config.h"
 #include "hooks/transition_hooks.h"
+#include "metrics/worker_metrics.h"
 #include "runtime/db_session.h"
 #include "runtime/service_loop.h"
 #include "worker/running_jobs.h"
@@ -65,19 +68,20 @@ struct HeldJobs {
 
 class LeaseKeeper {
  public:
-  // `hooks` (may be null) run in each rescue's transaction. `lease_span_us`:
-  // see the top of this file; `stall_timeout` bounds its transactions.
+  // `hooks` (may be null) run in each rescue's and sweep's transaction;
+  // `metrics` (may be null) counts the sweep's jobs. `lease_span_us`: see
+  // the top of this file; `stall_timeout` bounds its transactions.
   LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
               std::int64_t lease_span_us, std::chrono::milliseconds stall_timeout,
               RunningJobs& running, const TransitionHooks* hooks = nullptr,
-              const ServiceClock& clock = SteadyServiceClock());
+              WorkerMetrics* metrics = nullptr, const ServiceClock& clock = SteadyServiceClock());
   ~LeaseKeeper();
 
   // Register(), then starts the heartbeat thread and the lease timer.
   void Start();
   // Registers the worker; the lease runs from now. Throws pg::PgError.
   void Register();
-  // One heartbeat round (heartbeat, reconcile, cancels, rescue), its
+  // One heartbeat round (heartbeat, reconcile, cancels, sweep, rescue), its
   // failure logged and counted (heartbeat_failed, heartbeat_recovered).
   void RunRound();
   // The lease timer's decision at the clock's now: when the lease is held
@@ -113,6 +117,10 @@ class LeaseKeeper {
  private:
   void TimerLoop();
   void Round();
+  // The round's sweep of cancel-requested and expired queued jobs: logged
+  // (swept, sweep_failed, sweep_skipped) and counted; a connection error
+  // fails the round.
+  void Sweep();
   WorkerIdentity worker_identity() const;
   std::optional<HeldJobs> ReadHeldJobs();
   // Releases `owned` jobs the daemon does not hold (SetHeldJobs); `before`:
@@ -123,6 +131,7 @@ class LeaseKeeper {
   DbSession session_;
   WorkerConfig timings_;
   const TransitionHooks* hooks_;  // may be null
+  WorkerMetrics* metrics_;        // may be null
   RunningJobs& running_;
   // Held while the function is called (it reads the runners), so that
   // SetHeldJobs(nullptr) waits for a call in flight; taken before any
@@ -132,6 +141,7 @@ class LeaseKeeper {
   // Orphans the last round saw (id, run_count); the loop thread only.
   std::set<std::pair<std::int64_t, std::int32_t>> orphan_candidates_;
   std::set<std::int64_t> skipped_logged_;  // rescue_skipped jobs named once; the loop thread only
+  std::set<std::int64_t> sweep_skipped_logged_;  // sweep_skipped jobs named once; the loop thread only
   bool round_failed_ = false;                  // the last round failed; the loop thread only
   std::chrono::steady_clock::time_point rescue_after_{};  // no rescue before; the loop thread only
   std::atomic<bool> held_{true};

@@ -255,6 +255,37 @@ TEST_CASE("/metrics while jobs run: busy slots, limit keys in use, lag of an uns
   CHECK(daemon->Wait() == 0);
 }
 
+TEST_CASE("the daemon sweeps cancel-requested and expired queued jobs: logged and counted",
+          "[daemon][metrics][sweep]") {
+  MetricsFixture f;
+  std::string ok = f.dir.Write("ok.sh", "#!/bin/sh\n", true);
+  auto daemon = f.Start(f.Config(Shell("ok", ok), kListenAnyPort), f.db);
+  int port = MetricsPort(*daemon);
+  PromExposition before = Scrape(port);
+  CHECK(Value(before, "akadzed_queued_jobs_swept_total", {{"reason", "expired"}}) == 0);
+  CHECK(Value(before, "akadzed_queued_jobs_swept_total", {{"reason", "cancel_requested"}}) == 0);
+  // Two jobs cancelled before they ran, then one that expires while it
+  // waits for its run_at, and one that runs.
+  f.conn.exec("INSERT INTO akadze.jobs (task, run_at, cancel_requested_at)"
+              " SELECT 'ok', now() + interval '1 hour', now() FROM generate_series(1, 2)");
+  CHECK(daemon->WaitForLog("swept cancel_requested=2 expired=0"));
+  f.conn.exec("INSERT INTO akadze.jobs (task, run_at, expires_at) VALUES"
+              " ('ok', now() + interval '1 hour', now() + interval '300 ms')");
+  const std::int64_t runs = f.Enqueue("ok");
+  REQUIRE(WaitUntil([&] {
+    return f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'cancelled'") == 3 &&
+           f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'") == 1;
+  }));
+  CHECK(f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'cancelled' AND errors @>"
+                " '[{\"error\": \"Expired\"}]'") == 1);
+  CHECK(f.Count("SELECT count(*) FROM akadze.jobs WHERE id = " + std::to_string(runs) +
+                " AND state = 'succeeded'") == 1);
+  CHECK(daemon->WaitForLog("swept cancel_requested=0 expired=1"));
+  PromExposition after = Scrape(port);
+  CHECK(Value(after, "akadzed_queued_jobs_swept_total", {{"reason", "expired"}}) == 1);
+  CHECK(Value(after, "akadzed_queued_jobs_swept_total", {{"reason", "cancel_requested"}}) == 2);
+}
+
 TEST_CASE("/readyz answers 503 when the schema is behind or the database is gone; /metrics still answers",
           "[daemon][metrics]") {
   MetricsFixture f;

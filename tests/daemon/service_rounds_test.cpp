@@ -104,7 +104,7 @@ TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at 
   timings.heartbeat_ttl_us = 10'000'000;
   const std::int64_t span_us = 6'000'000;
   WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
-  LeaseKeeper keeper(db.conninfo(), me, timings, span_us, milliseconds(5000), running, nullptr, clock);
+  LeaseKeeper keeper(db.conninfo(), me, timings, span_us, milliseconds(5000), running, nullptr, nullptr, clock);
 
   keeper.Register();
   CHECK(keeper.held());

@@ -1,0 +1,58 @@
+// The sweep of dead queued jobs, as akadze's own workers do it where the two
+// share a schema (SPEC §6, "Shared-schema semantics"): a queued job whose
+// cancel was requested, or whose expires_at has passed, is never claimed
+// (it is not ready), so without the sweep it would stay queued for ever,
+// holding its unique_key and never pruned. The sweep ends it `cancelled`
+// with finished_at now():
+//  - a cancel request: no error entry, as `akadzed jobs cancel` of a queued
+//    job writes none;
+//  - an expiry: an errors entry {"error": "Expired", "message": "expires_at
+//    <time> passed before the job ran"}.
+// A job with both counts as cancelled.
+//
+// The lease keeper (worker/lease_keeper.h) runs it every heartbeat round, in
+// every daemon: batches of rows locked with FOR UPDATE SKIP LOCKED, so two
+// daemons never wait on each other or end a job twice. The partial indexes
+// jobs_queued_cancel_idx and jobs_queued_expires_idx (migration
+// 006_enqueue) hold only such rows, so a batch reads no other queued job.
+//
+// Thread-safety: SweepQueuedJobs uses the connection it is given.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pg/connection.h"
+#include "store/transition_listener.h"
+
+namespace akadzed {
+
+enum class SweepReason { kCancelRequested, kExpired };
+
+struct SweptJob {
+  std::int64_t id = 0;
+  SweepReason reason = SweepReason::kCancelRequested;
+};
+
+// "cancel_requested" or "expired", for logs and the metric's label.
+const char* SweepReasonName(SweepReason reason);
+
+// Ends at most `batch` cancel-requested and at most `batch` expired queued
+// jobs (oldest first), in one statement; returns them in id order. Rows
+// another transaction holds (a claim, another daemon's sweep) are left for
+// the next call. With `hooks`, the batch and its queued -> cancelled hooks
+// share a transaction; a job a hook refuses stays queued (its id appended to
+// `skipped`: logged by the caller, tried again next call) and the others are
+// ended without it.
+//
+// One row never fails the batch for the others (docs/reliability.md, "Rows
+// that cannot be processed"): if the statement fails with a row's SQL
+// error, each job is swept alone, and one that still fails stays queued
+// (it is not ready: it is never claimed), its id appended to `skipped`.
+// Throws pg::ConnectionError and pg::TransientError, and pg::SqlError for
+// the server's state (a timeout, a read-only server).
+std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
+                                      const TransitionListener* hooks = nullptr,
+                                      std::vector<std::int64_t>* skipped = nullptr);
+
+}  // namespace akadzed
