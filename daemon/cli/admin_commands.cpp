@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "store/job_admin.h"
+#include "store/limits_table.h"
 #include "cli/commands.h"
 #include "core/duration.h"
 
@@ -376,6 +377,9 @@ void AddWorkers(CLI::App& app, Action& action) {
   });
 }
 
+// Held keys `status` lists (most queued jobs first); the rest are counted.
+constexpr std::size_t kStatusHeldKeys = 100;
+
 void AddStatus(CLI::App& app, Action& action) {
   auto o = std::make_shared<AdminOptions>();
   CLI::App* status = app.add_subcommand("status", "One screen: queues, limits in use, workers");
@@ -386,10 +390,16 @@ void AddStatus(CLI::App& app, Action& action) {
       return Run("status", o->url, [&](pg::Connection& conn) {
         std::vector<QueueRow> queues = ListQueues(conn);
         std::vector<LimitUse> limits = ListLimitUse(conn);
+        std::int64_t held_total = 0;
+        std::vector<HeldLimitKey> held = ListHeldLimitKeys(conn, kStatusHeldKeys, &held_total);
         std::vector<WorkerRow> workers = ListWorkers(conn);
         if (o->json) {
-          json out = {{"queues", json::array()}, {"limits", json::array()},
+          json out = {{"queues", json::array()},    {"limits", json::array()},
+                      {"held_keys", json::array()}, {"held_keys_total", held_total},
                       {"workers", json::array()}};
+          for (const HeldLimitKey& h : held) {
+            out["held_keys"].push_back({{"key", h.key}, {"queued", h.queued}});
+          }
           for (const QueueRow& q : queues) out["queues"].push_back(QueueJson(q));
           for (const LimitUse& l : limits) {
             out["limits"].push_back({{"key", l.key},
@@ -410,6 +420,12 @@ void AddStatus(CLI::App& app, Action& action) {
           std::cout << l.key << '\t' << (l.row ? *l.row : "held") << '\t' << l.running << '\t'
                     << Dash(l.max_running) << '\t' << l.starts << '\t' << Dash(l.max_starts)
                     << '\n';
+        }
+        std::cout << "\n== keys held: queued jobs, no limits row (own or '*') ==\nKEY\tQUEUED\n";
+        for (const HeldLimitKey& h : held) std::cout << h.key << '\t' << h.queued << '\n';
+        if (held_total > static_cast<std::int64_t>(held.size())) {
+          std::cout << "(" << held_total - static_cast<std::int64_t>(held.size())
+                    << " more keys held)\n";
         }
         std::cout << "\n== workers ==\n";
         PrintWorkers(workers);

@@ -79,6 +79,7 @@ DbGauges::Snapshot DbGauges::Read() {
       try {
         s.queues = ListQueues(conn);
         s.limits = ListLimitKeysInUse(conn, options_.max_limit_keys, &s.limit_keys);
+        s.held = ListHeldLimitKeys(conn, options_.max_limit_keys, &s.held_keys);
         s.gauges_read = true;
       } catch (const pg::SqlError& e) {
         // The database answered, the gauges' statements did not (e.g. the
@@ -154,6 +155,15 @@ void DbGauges::Write(ExpositionWriter& out) {
       out.Sample("akadzed_limit_max_running", {{"key", use.key}},
                  static_cast<double>(*use.max_running));
     }
+  }
+  out.Gauge("akadzed_limit_keys_held",
+            "Limit keys with queued jobs and no applicable akadze.limits row (own or '*'): never "
+            "started (all of them)",
+            static_cast<double>(s->held_keys));
+  out.Family("akadzed_limit_held_jobs",
+             "Queued jobs per held limit key (the keys with most, at most 1000)", "gauge");
+  for (const HeldLimitKey& h : s->held) {
+    out.Sample("akadzed_limit_held_jobs", {{"key", h.key}}, static_cast<double>(h.queued));
   }
 }
 

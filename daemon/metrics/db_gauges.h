@@ -66,6 +66,8 @@ class DbGauges {
     std::vector<QueueRow> queues;
     std::vector<LimitKeyUse> limits;  // at most max_limit_keys, busiest first
     std::int64_t limit_keys = 0;      // all keys in use, also beyond the cap
+    std::vector<HeldLimitKey> held;   // at most max_limit_keys, most queued first
+    std::int64_t held_keys = 0;       // all held keys, also beyond the cap
   };
   // The latest read if it started within max_age (after waiting up to
   // `wait` for one); nullptr when none came in time.

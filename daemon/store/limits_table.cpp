@@ -66,7 +66,40 @@ constexpr const char* kLimitKeysSql =
     " WHERE own.key IS NOT NULL OR star.key IS NOT NULL"
     " ORDER BY r.n DESC, r.key LIMIT $1";
 
+// ListHeldLimitKeys's statement: the distinct (queue, limit_key) pairs of
+// queued jobs by a recursive skip scan of jobs_claim_key_idx (gated by the
+// absence of a '*' row), those without a row of their own, counted.
+constexpr const char* kHeldKeysSql =
+    "WITH RECURSIVE pairs AS ("
+    "  (SELECT queue, limit_key FROM akadze.jobs"
+    "    WHERE state = 'queued' AND limit_key IS NOT NULL"
+    "      AND NOT EXISTS (SELECT 1 FROM akadze.limits WHERE key = '*')"
+    "    ORDER BY queue, limit_key LIMIT 1)"
+    "  UNION ALL"
+    "  SELECT n.queue, n.limit_key FROM pairs p CROSS JOIN LATERAL ("
+    "    SELECT j.queue, j.limit_key FROM akadze.jobs j"
+    "    WHERE j.state = 'queued' AND j.limit_key IS NOT NULL"
+    "      AND (j.queue, j.limit_key) > (p.queue, p.limit_key)"
+    "    ORDER BY j.queue, j.limit_key LIMIT 1) n),"
+    " held AS ("
+    "  SELECT p.limit_key AS key, (SELECT count(*) FROM akadze.jobs j WHERE j.state = 'queued'"
+    "     AND j.queue = p.queue AND j.limit_key = p.limit_key) AS n"
+    "  FROM pairs p WHERE NOT EXISTS (SELECT 1 FROM akadze.limits l WHERE l.key = p.limit_key))"
+    " SELECT key, n, count(*) OVER () FROM (SELECT key, sum(n)::int8 AS n FROM held GROUP BY key) k"
+    " ORDER BY n DESC, key LIMIT $1";
+
 }  // namespace
+
+std::vector<HeldLimitKey> ListHeldLimitKeys(pg::Connection& conn, std::size_t max_keys,
+                                            std::int64_t* total) {
+  pg::Result r = conn.exec(kHeldKeysSql, pg::Params().add(static_cast<std::int64_t>(max_keys)));
+  std::vector<HeldLimitKey> keys;
+  for (int i = 0; i < r.rows(); ++i) {
+    keys.push_back({std::string(r.text(i, 0)), r.int64(i, 1)});
+    *total = r.int64(i, 2);
+  }
+  return keys;
+}
 
 std::vector<LimitKeyUse> ListLimitKeysInUse(pg::Connection& conn, std::size_t max_keys,
                                             std::int64_t* total) {

@@ -48,4 +48,21 @@ struct LimitKeyUse {
 std::vector<LimitKeyUse> ListLimitKeysInUse(pg::Connection& conn, std::size_t max_keys,
                                             std::int64_t* total);
 
+// A limit key with queued jobs and no applicable akadze.limits row (neither
+// its own nor '*'): the claim never starts its jobs (docs/claim.md), which
+// shows only as lag, often from a mistyped limit_key.
+struct HeldLimitKey {
+  std::string key;
+  std::int64_t queued = 0;  // its queued jobs, in every queue
+};
+
+// Held keys, most queued jobs first, at most `max_keys`; `*total` gets the
+// number of held keys overall (left alone when there is none). With a '*'
+// row no key is held and nothing is read. Otherwise one index probe per
+// distinct (queue, limit_key) of queued jobs (a skip scan of
+// jobs_claim_key_idx) and a count of each held key's queued jobs: never a
+// scan of every queued job.
+std::vector<HeldLimitKey> ListHeldLimitKeys(pg::Connection& conn, std::size_t max_keys,
+                                            std::int64_t* total);
+
 }  // namespace akadzed

@@ -408,11 +408,34 @@ TEST_CASE("admin workers list and status", "[admin]") {
   CHECK(Contains(text, "== limits in use ==\n"));
   CHECK(Contains(text, "tenant-a\t*\t1\t2\t0\t-\n"));
   CHECK(Contains(text, "== workers ==\n"));
+  // With a '*' row no key is held.
+  CHECK(s["held_keys"] == json::array());
+  CHECK(s["held_keys_total"] == 0);
 
+  SECTION("without a '*' row, keys of queued jobs with no row of their own are held") {
+    db.conn.exec("DELETE FROM akadze.limits WHERE key = '*'");
+    // tenant-b (one queued job), a mistyped key in two queues, tenant-c's
+    // queued job (its own row: not held) and a running job's key.
+    db.Insert("task, limit_key, queue", "'t', 'tenant-typo', 'default'");
+    db.Insert("task, limit_key, queue", "'t', 'tenant-typo', 'mail'");
+    db.Insert("task, limit_key, queue", "'t', 'tenant-typo', 'mail'");
+    db.Insert("task, limit_key", "'t', 'tenant-c'");
+    json h = db.OkJson({"status", "--json"});
+    CHECK(h["held_keys"] == json{{{"key", "tenant-typo"}, {"queued", 3}},
+                                 {{"key", "tenant-b"}, {"queued", 1}}});
+    CHECK(h["held_keys_total"] == 2);
+    std::string held_text = db.Ok({"status"});
+    CHECK(Contains(held_text, "== keys held: queued jobs, no limits row (own or '*') ==\nKEY\tQUEUED\n"
+                              "tenant-typo\t3\ntenant-b\t1\n"));
+  }
   SECTION("an empty database prints empty sections") {
     Db empty;
     CHECK(empty.OkJson({"status", "--json"}) ==
-          json{{"queues", json::array()}, {"limits", json::array()}, {"workers", json::array()}});
+          json{{"queues", json::array()},
+               {"limits", json::array()},
+               {"held_keys", json::array()},
+               {"held_keys_total", 0},
+               {"workers", json::array()}});
     CHECK(empty.OkJson({"workers", "list", "--json"}) == json::array());
   }
 }

@@ -234,6 +234,8 @@ TEST_CASE("/metrics while jobs run: busy slots, limit keys in use, lag of an uns
   CHECK(Value(e, "akadzed_limit_running", {{"key", "tenant-1"}}) == 2);
   CHECK(Value(e, "akadzed_limit_max_running", {{"key", "tenant-1"}}) == 2);
   CHECK(Value(e, "akadzed_limit_keys_in_use") == 1);
+  CHECK(Value(e, "akadzed_limit_keys_held") == 0);
+  CHECK(e.Samples("akadzed_limit_held_jobs").empty());
   CHECK(Value(e, "akadzed_jobs", {{"queue", "other"}, {"state", "queued"}}) == 1);
   CHECK(Value(e, "akadzed_queue_ready_jobs", {{"queue", "other"}}) == 1);
   CHECK(Value(e, "akadzed_queue_lag_seconds", {{"queue", "other"}}) >= 90);
@@ -251,6 +253,15 @@ TEST_CASE("/metrics while jobs run: busy slots, limit keys in use, lag of an uns
            e.Value("akadzed_limit_keys_in_use") == 0;
   }));
   CHECK(e.Samples("akadzed_limit_running").empty());
+  // A mistyped key (no row of its own, no '*' row): its jobs are held, and
+  // the metrics say so.
+  f.conn.exec("INSERT INTO akadze.jobs (task, limit_key) VALUES ('hold', 'tenant-l'),"
+              " ('hold', 'tenant-l')");
+  REQUIRE(WaitUntil([&] {
+    e = Scrape(port);
+    return e.Value("akadzed_limit_keys_held") == 1;
+  }));
+  CHECK(Value(e, "akadzed_limit_held_jobs", {{"key", "tenant-l"}}) == 2);
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait() == 0);
 }
