@@ -381,7 +381,8 @@ TEST_CASE("minimum privileges: migrate as the owner, run as a worker role with o
   const std::string db = FreshDatabase(false);
   pg::Connection super = pg::Connection::Open(db);
   const std::string dbname(super.exec("SELECT current_database()").text(0, 0));
-  for (const char* role : {"akadzed_owner", "akadzed_worker", "akadzed_admin", "app_producer"}) {
+  for (const char* role :
+       {"akadzed_owner", "akadzed_worker", "akadzed_admin", "app_producer", "app_inserter"}) {
     CreateRoleOnce(super, role);
   }
   super.exec("GRANT CREATE ON DATABASE " + dbname + " TO akadzed_owner");
@@ -393,6 +394,7 @@ TEST_CASE("minimum privileges: migrate as the owner, run as a worker role with o
   owner.exec(GrantsFromDocs("worker"));
   owner.exec(GrantsFromDocs("admin"));
   owner.exec(GrantsFromDocs("producer"));
+  owner.exec(GrantsFromDocs("inserter"));
 
   // What the worker must not do.
   pg::Connection worker = pg::Connection::Open(db + " user=akadzed_worker");
@@ -491,12 +493,26 @@ TEST_CASE("minimum privileges: migrate as the owner, run as a worker role with o
   admin({"queues", "list"});
   admin({"status"});
 
-  // A producer enqueues with a plain INSERT.
+  // A producer enqueues through the functions, and can do nothing else.
   pg::Connection producer = pg::Connection::Open(db + " user=app_producer");
   const std::int64_t produced =
-      producer.exec("INSERT INTO akadze.jobs (task, args) VALUES ('ok', '{\"n\": 1}') RETURNING id")
+      producer.exec("SELECT akadze.enqueue('ok', '{\"n\": 1}')").int64(0, 0);
+  const std::int64_t produced_many =
+      producer.exec("SELECT (akadze.enqueue_many('[{\"task\": \"ok\"}]'))[1]").int64(0, 0);
+  CHECK(WaitUntil([&] { return state(produced) == "succeeded" && state(produced_many) == "succeeded"; }));
+  for (const char* forbidden :
+       {"INSERT INTO akadze.jobs (task) VALUES ('ok')", "SELECT id FROM akadze.jobs",
+        "UPDATE akadze.jobs SET state = 'queued'",
+        "SELECT akadze.enqueue_jobs('[]', 'skip', 'x')"}) {
+    INFO(forbidden);
+    CHECK_THROWS_WITH(producer.exec(forbidden), Catch::Contains("permission denied"));
+  }
+  // An inserter enqueues with a plain INSERT.
+  pg::Connection inserter = pg::Connection::Open(db + " user=app_inserter");
+  const std::int64_t inserted =
+      inserter.exec("INSERT INTO akadze.jobs (task, args) VALUES ('ok', '{\"n\": 1}') RETURNING id")
           .int64(0, 0);
-  CHECK(WaitUntil([&] { return state(produced) == "succeeded"; }));
+  CHECK(WaitUntil([&] { return state(inserted) == "succeeded"; }));
 
   daemon.Signal(SIGTERM);
   CHECK(daemon.Wait() == 0);
