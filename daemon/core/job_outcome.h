@@ -31,6 +31,10 @@ struct JobOutcome {
   // stop reason stands for instead (cancelled, released, nothing). A run
   // that ended on its own just as a stop came keeps its real outcome.
   bool interrupted = false;
+  // What the run reported of its progress and the database has not seen
+  // yet (a JSON object, handlers/job_progress.h): merged into the job's
+  // meta by its finish, whatever the outcome.
+  std::optional<std::string> meta_patch = std::nullopt;
 };
 
 // A failed run (kRetry) with its error class and message.

@@ -15,6 +15,7 @@
 
 #include "core/claimed_job.h"
 #include "core/job_outcome.h"
+#include "handlers/job_progress.h"
 
 namespace akadzed {
 
@@ -61,8 +62,10 @@ class JobHandler {
   // Runs `job` to its end and reports the outcome. Must return promptly
   // (within the handler's kill grace) once `stop` is requested; the outcome
   // returned then is ignored by the daemon, which decides by the reason.
-  // Never throws: a handler's own failure is a kRetry outcome with an error.
-  virtual JobOutcome Run(const ClaimedJob& job, JobStop& stop) = 0;
+  // What the handler reports of its progress goes to `progress` (may be
+  // null: then it is dropped). Never throws: a handler's own failure is a
+  // kRetry outcome with an error.
+  virtual JobOutcome Run(const ClaimedJob& job, JobStop& stop, JobProgress* progress = nullptr) = 0;
 
   // "shell" or "plugin", for logs.
   virtual const char* kind() const = 0;

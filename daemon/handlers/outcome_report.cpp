@@ -171,4 +171,24 @@ OutcomeReport ParseOutcomeReport(std::string_view text, bool too_big) {
   return report;
 }
 
+bool ParseProgressLine(std::string_view line, ProgressReport* report, std::string* invalid) {
+  const std::size_t first = line.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos || line[first] != '{') return false;
+  if (NestingDepth(line) > kMaxOutcomeReportDepth) return false;
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception&) {
+    return false;  // a line of a report written over several lines
+  }
+  if (!doc.is_object() || doc.empty()) return false;
+  for (const auto& item : doc.items()) {
+    if (item.key() != "progress" && item.key() != "meta") return false;
+  }
+  const nlohmann::json none;
+  *invalid = CheckProgress(doc.contains("progress") ? doc["progress"] : none,
+                           doc.contains("meta") ? doc["meta"] : none, report);
+  return true;
+}
+
 }  // namespace akadzed

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/job_outcome.h"
+#include "handlers/job_progress.h"
 
 namespace akadzed {
 
@@ -34,5 +35,12 @@ struct OutcomeReport {
 // kMaxOutcomeReportBytes (and `text` was dropped). Only whitespace (or
 // nothing) is no report: present = false. Never throws except bad_alloc.
 OutcomeReport ParseOutcomeReport(std::string_view text, bool too_big);
+
+// One line of fd 3 (without its newline): false when it is not a progress
+// line (not by itself a JSON object, an empty one, or one with a key other
+// than "progress" and "meta": then it belongs to the outcome report). True
+// for a progress line, with `*report` filled, or `*invalid` saying why it
+// is refused (docs/handlers.md, "Reporting progress").
+bool ParseProgressLine(std::string_view line, ProgressReport* report, std::string* invalid);
 
 }  // namespace akadzed

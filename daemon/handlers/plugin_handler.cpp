@@ -43,8 +43,21 @@ constexpr std::size_t kMaxMessageBytes = 4096;  // the finisher cuts to 500 afte
 // One handle() call: what the plugin's callbacks see through `host`.
 class RunState {
  public:
-  RunState(const ClaimedJob& job, JobStop& stop, std::int64_t timeout_us)
-      : job_(job), stop_(stop), started_(Clock::now()), timeout_us_(timeout_us) {}
+  RunState(const ClaimedJob& job, JobStop& stop, JobProgress* progress, std::int64_t timeout_us)
+      : job_(job), stop_(stop), progress_(progress), started_(Clock::now()), timeout_us_(timeout_us) {}
+
+  // report_progress: 0, or -1 when refused (logged once per run).
+  int ReportProgress(double progress, const char* meta_json, std::size_t meta_len) {
+    nlohmann::json meta;
+    if (meta_json != nullptr) {
+      meta = nlohmann::json::parse(std::string_view(meta_json, meta_len), nullptr, false);
+      if (meta.is_discarded()) return Refuse("meta is not valid JSON");
+    }
+    ProgressReport report;
+    std::string why = CheckProgress(progress < 0 ? nlohmann::json() : nlohmann::json(progress), meta, &report);
+    if (why.empty() && progress_ != nullptr) why = progress_->Report(report);
+    return why.empty() ? 0 : Refuse(why);
+  }
 
   bool TimedOut() const {
     return timeout_us_ > 0 && Clock::now() - started_ >= std::chrono::microseconds(timeout_us_);
@@ -128,7 +141,18 @@ class RunState {
 
  private:
   const ClaimedJob& job_;
+  // A refused progress report: logged once per run; -1 for the plugin.
+  int Refuse(const std::string& why) {
+    if (!progress_refusal_logged_.exchange(true)) {
+      spdlog::warn("progress_refused job={} task={} | plugin report_progress: {}; the run goes on",
+                   job_.id, LogValue(job_.task), why);
+    }
+    return -1;
+  }
+
   JobStop& stop_;
+  JobProgress* progress_;  // may be null
+  std::atomic<bool> progress_refusal_logged_{false};
   const Clock::time_point started_;
   const std::int64_t timeout_us_;
   mutable Mutex mutex_;
@@ -252,6 +276,16 @@ static void akadzed_host_log(akadzed_report* report, int level, const char* mess
   }
 }
 
+static int akadzed_host_report_progress(akadzed_report* report, double progress, const char* meta_json,
+                                        size_t meta_len) {
+  try {
+    if (report == nullptr) return -1;
+    return static_cast<akadzed::RunState*>(report->host)->ReportProgress(progress, meta_json, meta_len);
+  } catch (...) {
+    return -1;
+  }
+}
+
 }  // extern "C"
 
 namespace akadzed {
@@ -276,9 +310,9 @@ PluginHandler::~PluginHandler() {
   plugin_->api().shutdown(instance_);
 }
 
-JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop) {
+JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop, JobProgress* progress) {
   try {
-    RunState state(job, stop, timeout_us_);
+    RunState state(job, stop, progress, timeout_us_);
     akadzed_job c_job{};
     c_job.struct_size = sizeof c_job;
     c_job.id = job.id;
@@ -299,6 +333,7 @@ JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop) {
     report.set_delay_ms = akadzed_host_set_delay_ms;
     report.log = akadzed_host_log;
     report.host = &state;
+    report.report_progress = akadzed_host_report_progress;
 
     struct Unwatch {  // also when handle() lets an exception escape
       OverrunWatch* watch;

@@ -42,7 +42,7 @@ class PluginHandler : public JobHandler {
   // that never polls is seen while it holds its slot. A plugin's bad report
   // (unknown code, result not JSON, snooze without a delay) is kRetry
   // "BadOutcome". Never throws.
-  JobOutcome Run(const ClaimedJob& job, JobStop& stop) override;
+  JobOutcome Run(const ClaimedJob& job, JobStop& stop, JobProgress* progress = nullptr) override;
   const char* kind() const override { return "plugin"; }
 
  private:

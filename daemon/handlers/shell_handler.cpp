@@ -317,8 +317,9 @@ enum Watch { kWatchStdout, kWatchStderr, kWatchOutcome, kWatchStdin, kWatchExit,
 class ShellRun {
  public:
   ShellRun(const std::string& task, const ShellHandlerConfig& config, const ClaimedJob& job,
-           JobStop& stop)
-      : task_(task), config_(config), job_(job), stop_(stop), output_(job.id, task, config) {}
+           JobStop& stop, JobProgress* progress)
+      : task_(task), config_(config), job_(job), stop_(stop), progress_(progress),
+        output_(job.id, task, config) {}
 
   ShellRun(const ShellRun&) = delete;
   ShellRun& operator=(const ShellRun&) = delete;
@@ -361,6 +362,9 @@ class ShellRun {
   const char* FirstSignalName() const { return config_.kill_grace_us > 0 ? "SIGTERM" : "SIGKILL"; }
   bool CheckExited();
   void ReadFrom(UniqueFd& fd, Watch which);
+  // Takes the complete progress lines out of report_text_ (from
+  // progress_scan_ on) and reports them.
+  void TakeProgressLines();
   void WriteStdin();
   void Reap();
   void KillAndReap() {
@@ -372,6 +376,7 @@ class ShellRun {
   const ShellHandlerConfig& config_;
   const ClaimedJob& job_;
   JobStop& stop_;
+  JobProgress* progress_;  // may be null
   OutputLog output_;
 
   pid_t pid_ = -1;
@@ -383,6 +388,8 @@ class ShellRun {
   std::string buffer_;
   std::string report_text_;
   bool report_too_big_ = false;
+  std::size_t progress_scan_ = 0;  // report_text_ before it holds no progress line
+  bool progress_refusal_logged_ = false;
 
   bool exited_ = false;
   ExitStatus status_;
@@ -554,8 +561,30 @@ void ShellRun::ReadFrom(UniqueFd& fd, Watch which) {
       report_text_.shrink_to_fit();
     } else {
       report_text_.append(data);
+      if (data.find('\n') != std::string_view::npos) TakeProgressLines();
     }
   }
+}
+
+void ShellRun::TakeProgressLines() {
+  std::size_t start = progress_scan_;
+  for (std::size_t end; (end = report_text_.find('\n', start)) != std::string::npos;) {
+    ProgressReport report;
+    std::string invalid;
+    const std::string_view line(report_text_.data() + start, end - start);
+    if (!ParseProgressLine(line, &report, &invalid)) {
+      start = end + 1;  // part of the outcome report
+      continue;
+    }
+    if (invalid.empty() && progress_ != nullptr) invalid = progress_->Report(report);
+    if (!invalid.empty() && !progress_refusal_logged_) {
+      progress_refusal_logged_ = true;
+      spdlog::warn("progress_refused job={} task={} | fd 3: {}; the run goes on", job_.id,
+                   LogValue(task_), invalid);
+    }
+    report_text_.erase(start, end + 1 - start);
+  }
+  progress_scan_ = start;
 }
 
 void ShellRun::WriteStdin() {
@@ -714,9 +743,9 @@ ShellHandler::ShellHandler(std::string task, ShellHandlerConfig config)
   }
 }
 
-JobOutcome ShellHandler::Run(const ClaimedJob& job, JobStop& stop) {
+JobOutcome ShellHandler::Run(const ClaimedJob& job, JobStop& stop, JobProgress* progress) {
   try {
-    ShellRun run(task_, config_, job, stop);
+    ShellRun run(task_, config_, job, stop, progress);
     return run.Execute();
   } catch (const std::exception& e) {  // constructing the run (allocation)
     return RetryOutcome("SpawnFailed", e.what());

@@ -29,7 +29,8 @@ class ShellHandler : public JobHandler {
   // Spawns the command, feeds and supervises it, and returns once the
   // leader has exited, the rest of its process group has been killed, its
   // pipes are drained (bounded) and it is reaped. Never throws.
-  JobOutcome Run(const ClaimedJob& job, JobStop& stop) override;
+  // fd-3 progress lines go to `progress` as they come.
+  JobOutcome Run(const ClaimedJob& job, JobStop& stop, JobProgress* progress = nullptr) override;
 
   const char* kind() const override { return "shell"; }
 

@@ -60,7 +60,7 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   std::vector<std::int64_t> ids, run_counts;
   std::vector<std::string> kinds;
   std::vector<std::optional<std::int64_t>> delays;
-  std::vector<std::optional<std::string>> outputs, errors, messages;
+  std::vector<std::optional<std::string>> outputs, errors, messages, meta_patches;
   for (const FinishRequest& r : requests) {
     const JobOutcome& o = r.outcome;
     ids.push_back(r.job_id);
@@ -72,12 +72,13 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
     errors.push_back(has_error ? std::optional<std::string>(o.error) : std::nullopt);
     messages.push_back(has_error ? std::optional<std::string>(StoredMessage(o.message))
                                  : std::nullopt);
+    meta_patches.push_back(o.meta_patch);
   }
   static const std::string kNewState = NextStateSql("f.kind");
   static const std::string kSql = fmt::format(
       "WITH f AS (SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[],"
-      "   $6::text[], $7::text[], $8::text[])"
-      "   AS f(id, run_count, kind, delay_us, result, error, message))"
+      "   $6::text[], $7::text[], $8::text[], $9::text[])"
+      "   AS f(id, run_count, kind, delay_us, result, error, message, meta_patch))"
       " UPDATE akadze.jobs AS j SET"
       "  state = {0},"
       "  attempt = LEAST(j.attempt::int8 + (f.kind IN ('retry', 'fail'))::int, 2147483647)::int,"
@@ -89,6 +90,10 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
       "      least(power(2, least(j.attempt, 9)), 300) * interval '1 second')"
       "    ELSE j.run_at END,"
       "  result = CASE WHEN f.kind = 'success' THEN f.result::jsonb ELSE j.result END,"
+      // Progress the run reported last (handlers/job_progress.h); a meta
+      // that is not an object (an application's) is left as it is.
+      "  meta = CASE WHEN f.meta_patch IS NULL OR jsonb_typeof(j.meta) <> 'object' THEN j.meta"
+      "    ELSE j.meta || f.meta_patch::jsonb END,"
       "  errors = CASE WHEN f.error IS NULL THEN j.errors ELSE {1} END,"
       "  worker_id = CASE WHEN {0} = 'queued' THEN NULL ELSE j.worker_id END,"
       "  finished_at = CASE WHEN {0} = 'queued' THEN NULL ELSE now() END"
@@ -104,6 +109,7 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   pg::Params params;
   params.add(worker_id).add_array(ids).add_array(run_counts).add_array(kinds);
   params.add_array(delays).add_array(outputs).add_array(errors).add_array(messages);
+  params.add_array(meta_patches);
   // With hooks the update and the hooks share a transaction; without, the
   // one statement is its own.
   std::optional<pg::Transaction> tx;

@@ -37,6 +37,8 @@ struct FinishResult {
 };
 
 // Applies `requests` in one statement (one round trip) as worker `worker_id`.
+// An outcome's meta_patch (the run's last progress report) is merged into the
+// job's meta (left alone when an application stored a non-object there).
 // A request is applied only when its job is still `running` with this
 // worker_id and run_count; others come back with applied = false. A job
 // with cancel_requested_at set that would go back to `queued` (retry,

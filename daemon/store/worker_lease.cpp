@@ -60,6 +60,51 @@ std::vector<OwnedJob> OwnedRunningJobsOfQueue(pg::Connection& conn, const std::s
   return jobs;
 }
 
+std::vector<std::int64_t> WriteJobProgress(pg::Connection& conn, const std::string& worker_id,
+                                           const std::vector<ProgressWrite>& writes,
+                                           std::vector<std::int64_t>* dropped) {
+  constexpr const char* kSql =
+      "UPDATE akadze.jobs AS j SET meta = j.meta || p.patch::jsonb"
+      " FROM unnest($2::int8[], $3::int8[], $4::text[]) AS p(id, run_count, patch)"
+      " WHERE j.id = p.id AND j.run_count = p.run_count AND j.state = 'running'"
+      "   AND j.worker_id = $1::uuid AND jsonb_typeof(j.meta) = 'object'"
+      " RETURNING j.id";
+  auto write = [&](std::size_t from, std::size_t to) {
+    std::vector<std::int64_t> ids, run_counts;
+    std::vector<std::string> patches;
+    for (std::size_t i = from; i < to; ++i) {
+      ids.push_back(writes[i].job_id);
+      run_counts.push_back(writes[i].run_count);
+      patches.push_back(writes[i].patch_json);
+    }
+    pg::Result rows = conn.exec(
+        kSql, pg::Params().add(worker_id).add_array(ids).add_array(run_counts).add_array(patches));
+    std::vector<std::int64_t> written;
+    for (int i = 0; i < rows.rows(); ++i) written.push_back(rows.int64(i, 0));
+    return written;
+  };
+  if (writes.empty()) return {};
+  try {
+    return write(0, writes.size());
+  } catch (const pg::TransientError&) {
+    throw;
+  } catch (const pg::SqlError& e) {
+    if (!pg::IsRowFaultSqlState(e.sqlstate())) throw;
+  }
+  std::vector<std::int64_t> written;
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    try {
+      for (std::int64_t id : write(i, i + 1)) written.push_back(id);
+    } catch (const pg::TransientError&) {
+      throw;
+    } catch (const pg::SqlError& alone) {
+      if (!pg::IsRowFaultSqlState(alone.sqlstate())) throw;
+      if (dropped) dropped->push_back(writes[i].job_id);
+    }
+  }
+  return written;
+}
+
 namespace {
 
 // Running jobs whose worker is dead: its row's heartbeat is older than the

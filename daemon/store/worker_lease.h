@@ -56,6 +56,25 @@ std::vector<OwnedJob> OwnedRunningJobsOfQueue(pg::Connection& conn, const std::s
                                               const std::string& queue,
                                               const std::vector<std::int64_t>& except);
 
+// A running job's progress report (handlers/job_progress.h) to merge into
+// its meta.
+struct ProgressWrite {
+  std::int64_t job_id = 0;
+  std::int32_t run_count = 0;
+  std::string patch_json;  // a JSON object
+};
+
+// Merges each patch into its job's meta (key by key), only while the job
+// still runs under `worker_id` with that run_count: a run that ended or was
+// taken since is left alone (its finish carries the patch). One statement;
+// returns the ids written. A meta that is not a JSON object (an
+// application's) is left as it is. If the statement fails with a row's SQL
+// error, each patch is written alone, and one that still fails is dropped,
+// its id appended to `dropped`. Throws pg::PgError otherwise.
+std::vector<std::int64_t> WriteJobProgress(pg::Connection& conn, const std::string& worker_id,
+                                           const std::vector<ProgressWrite>& writes,
+                                           std::vector<std::int64_t>* dropped = nullptr);
+
 struct RescuedJob {
   std::int64_t id = 0;
   std::string worker_id;  // the lost worker ("" when the job had none)

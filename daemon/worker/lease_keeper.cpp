@@ -302,6 +302,7 @@ void LeaseKeeper::Round() {
     }
   }
 
+  WriteProgress(identity.id);
   Sweep();
 
   // After an outage every worker's heartbeat looks old: the first daemon
@@ -387,6 +388,33 @@ void LeaseKeeper::Sweep() {
                     "written; left queued (never claimed) and tried again each round",
                     id);
     }
+  }
+}
+
+void LeaseKeeper::WriteProgress(const std::string& worker_id) {
+  const std::vector<RunningJobs::PendingProgress> pending = running_.Progress();
+  if (pending.empty()) return;
+  std::vector<ProgressWrite> writes;
+  writes.reserve(pending.size());
+  for (const RunningJobs::PendingProgress& p : pending) writes.push_back({p.job_id, p.run_count, p.patch_json});
+  std::vector<std::int64_t> dropped;
+  try {
+    session_.Run([&](pg::Connection& c) { return WriteJobProgress(c, worker_id, writes, &dropped); });
+  } catch (const pg::ConnectionError&) {
+    throw;
+  } catch (const pg::PgError& e) {
+    // Left pending: the next round (or the run's finish) writes it.
+    spdlog::warn("progress_failed | {}", OneLine(e.what()));
+    return;
+  }
+  // Written, or not ours to write (the run ended or was taken since): done.
+  for (const RunningJobs::PendingProgress& p : pending) {
+    running_.MarkProgressWritten(p.job_id, p.run_count, p.version);
+  }
+  for (std::int64_t id : dropped) {
+    spdlog::error("progress_dropped job={} | its meta could not be written (an application's trigger or "
+                  "constraint); this report is dropped, the run goes on",
+                  id);
   }
 }
 

@@ -8,6 +8,8 @@
 //    its finish given up or lost with a failover, or never started); a cancel
 //    request stops the job (kCancelRequested), a job no longer ours (rescued
 //    while we were slow) stops without a finish (kLeaseLost);
+//  - writes what running jobs reported of their progress into their meta
+//    (handlers/job_progress.h);
 //  - ends queued jobs whose cancel was requested or whose expires_at has
 //    passed (store/queued_sweep.h), as akadze's workers do;
 //  - rescues jobs of workers whose heartbeat is older than heartbeat_ttl.
@@ -121,6 +123,11 @@ class LeaseKeeper {
   // (swept, sweep_failed, sweep_skipped) and counted; a connection error
   // fails the round.
   void Sweep();
+  // Writes what running jobs reported of their progress (RunningJobs::
+  // Progress) into their meta: at most once per job per round. A failure is
+  // logged (progress_failed) and left for the next round; a connection error
+  // fails the round.
+  void WriteProgress(const std::string& worker_id);
   WorkerIdentity worker_identity() const;
   std::optional<HeldJobs> ReadHeldJobs();
   // Releases `owned` jobs the daemon does not hold (SetHeldJobs); `before`:

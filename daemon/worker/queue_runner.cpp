@@ -357,7 +357,8 @@ void QueueRunner::Execute(Claimed claimed, ExecutorSeat& seat) {
     if (!seat.stop) seat.stop.emplace();  // throws without a free fd
     JobStop& stop = *seat.stop;
     stop.Reset();
-    running_.Add(job.id, job.run_count, &stop);
+    seat.progress.Reset();
+    running_.Add(job.id, job.run_count, &stop, &seat.progress);
     struct Registration {  // removed on every path, before `stop` is reset
       RunningJobs& running;
       const ClaimedJob& job;
@@ -372,7 +373,7 @@ void QueueRunner::Execute(Claimed claimed, ExecutorSeat& seat) {
       outcome = RetryOutcome("UnknownTask", "no handler for task '" + job.task + "' in this daemon's config");
     } else {
       try {
-        outcome = handler->Run(job, stop);
+        outcome = handler->Run(job, stop, &seat.progress);
       } catch (const std::exception& e) {
         outcome = RetryOutcome("HandlerError", e.what());
       }
@@ -399,6 +400,10 @@ void QueueRunner::Execute(Claimed claimed, ExecutorSeat& seat) {
       FreeSlot(job.id);
       return;
   }
+  // The run is unregistered: the lease keeper no longer writes its progress,
+  // and what it had not written (or wrote in a round still in flight) goes
+  // with the finish.
+  outcome.meta_patch = seat.progress.TakeForFinish();
   finisher_.Submit(FinishItem{std::move(claimed.job), std::move(claimed.worker_id),
                               std::move(outcome), ms, this});
 }

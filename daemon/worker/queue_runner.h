@@ -101,6 +101,8 @@ class QueueRunner final : private SlotHolder {
     // executor that has run a job: at most the queue's slots, as at its
     // busiest moment before.
     std::optional<JobStop> stop;
+    // Where its handler's progress reports go; emptied for each job.
+    JobProgress progress;
   };
   void ClaimLoop();
   void Execute(Claimed claimed, ExecutorSeat& seat);

@@ -11,6 +11,10 @@
  *   "crash"           raises SIGSEGV in handle(): the daemon dies with it
  *   "levels"          one log line per level, plus one with newlines
  *   "echo"            SUCCESS with the job's fields as the result
+ *   "progress"        reports progress 0.25, then 0.5 with meta {"rows": 10},
+ *                     then four refused reports (progress 1.5, meta not an
+ *                     object, meta not JSON, nothing), then SUCCESS with the
+ *                     report_progress return codes as the result
  *   anything else     SUCCESS without a result */
 #define _POSIX_C_SOURCE 200809L
 
@@ -74,6 +78,21 @@ static int test_handle(void* instance, const struct akadzed_job* job,
       report->log(report, level, "at a level");
     }
     report->log(report, AKADZED_LOG_WARN, "two\nlines\n");
+    return AKADZED_SUCCESS;
+  }
+  if (is(job, "progress")) {
+    if (!AKADZED_HAS_MEMBER(report, struct akadzed_report, report_progress)) return AKADZED_FAIL;
+    int codes[6];
+    codes[0] = report->report_progress(report, 0.25, NULL, 0);
+    codes[1] = report->report_progress(report, 0.5, "{\"rows\": 10}", 12);
+    codes[2] = report->report_progress(report, 1.5, NULL, 0);
+    codes[3] = report->report_progress(report, -1, "[1]", 3);
+    codes[4] = report->report_progress(report, -1, "{\"rows\": ", 9);
+    codes[5] = report->report_progress(report, -1, NULL, 0);
+    char result[128];
+    int len = snprintf(result, sizeof result, "[%d, %d, %d, %d, %d, %d]", codes[0], codes[1],
+                       codes[2], codes[3], codes[4], codes[5]);
+    report->set_result(report, result, (size_t)len);
     return AKADZED_SUCCESS;
   }
   if (is(job, "echo")) {

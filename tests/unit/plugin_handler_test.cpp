@@ -397,4 +397,29 @@ TEST_CASE("a hook-only plugin is a hook, not a handler; a handler-only one is no
   CHECK_THROWS_AS(PluginHook("h", Config(handler_only)), PluginError);
 }
 
+TEST_CASE("a plugin's report_progress merges into the job's pending progress; bad reports are refused",
+          "[plugin][progress]") {
+  PluginHandler handler("t", Config(TestPlugin("misbehaving_plugin")));
+  LogCapture log;
+  ClaimedJob job = Job(R"("progress")");
+  job.id = 11;
+  JobStop stop;
+  JobProgress progress;
+  JobOutcome outcome = handler.Run(job, stop, &progress);
+  CHECK(outcome.kind == OutcomeKind::kSuccess);
+  REQUIRE(outcome.result_json);
+  CHECK(nlohmann::json::parse(*outcome.result_json) == nlohmann::json{0, 0, -1, -1, -1, -1});
+  std::optional<std::string> pending = progress.TakeForFinish();
+  REQUIRE(pending);
+  CHECK(nlohmann::json::parse(*pending) == nlohmann::json{{"progress", 0.5}, {"rows", 10}});
+  // The first refusal is logged, once per run.
+  CHECK(log.text() ==
+        "warning progress_refused job=11 task=checksum | plugin report_progress: progress must be a "
+        "number from 0 to 1; the run goes on\n");
+  // Without a sink the reports are dropped and still answered.
+  outcome = handler.Run(job, stop);
+  REQUIRE(outcome.result_json);
+  CHECK(nlohmann::json::parse(*outcome.result_json) == nlohmann::json{0, 0, -1, -1, -1, -1});
+}
+
 }  // namespace akadzed

@@ -15,6 +15,10 @@
  * AKADZED_HAS_MEMBER before touching a member newer than version 1.
  * AKADZED_PLUGIN_ABI_VERSION changes only on an incompatible change, and the
  * daemon refuses a plugin whose abi_version differs from its own.
+ * AKADZED_PLUGIN_ABI_MINOR counts the compatible additions (below, each
+ * member says which minor added it): a plugin built against a newer minor
+ * loads in an older daemon and finds the new members absent, and one built
+ * against an older minor loads in a newer daemon unchanged.
  *
  * Thread-safety: handle() is called concurrently from many daemon threads
  * with the same instance (one job per call); keep per-job state on the stack
@@ -39,6 +43,8 @@ extern "C" {
 
 /* The ABI version this header describes. */
 #define AKADZED_PLUGIN_ABI_VERSION 1
+/* Its compatible additions: 1 on_transition; 2 report_progress. */
+#define AKADZED_PLUGIN_ABI_MINOR 2
 
 /* The name of the symbol the daemon looks up with dlsym(). */
 #define AKADZED_PLUGIN_ENTRY_SYMBOL "akadzed_plugin_entry"
@@ -139,6 +145,21 @@ struct akadzed_report {
   void (*log)(struct akadzed_report* report, int level, const char* message);
   /* The daemon's own data for the callbacks; do not touch. */
   void* host;
+
+  /* Appended in minor 2; check AKADZED_HAS_MEMBER(report, struct
+   * akadzed_report, report_progress) before calling. */
+
+  /* Reports how far the job got, while handle() runs: `progress` a fraction
+   * from 0 to 1 (a negative value for none) and/or `meta_json` a JSON object
+   * of `meta_len` bytes (NULL for none) whose keys are merged into the job's
+   * meta. Later reports replace earlier values key by key; the daemon writes
+   * what is pending at most once per heartbeat interval, and the last of it
+   * with the job's finish (docs/handlers.md, "Reporting progress"). Returns 0,
+   * or non-zero when the report is refused (progress out of range, meta not
+   * an object, or more than 64 KiB pending): the job goes on either way.
+   * Cheap: no database call; call it as often as you like. */
+  int (*report_progress)(struct akadzed_report* report, double progress, const char* meta_json,
+                         size_t meta_len);
 };
 
 /* One job's state change, filled by the daemon for one on_transition() call
