@@ -10,6 +10,7 @@
 #include "claim/key_locks.h"
 #include "claim/window_reads.h"
 #include "pg/pg_error.h"
+#include "runtime/job_traces.h"
 #include "pg/transaction.h"
 #include "store/job_row.h"
 #include "store/job_sql.h"
@@ -393,6 +394,10 @@ class ClaimRun {
       job.max_attempts = row.max_attempts;
       job.run_count = row.run_count;
       job.args_json = std::move(row.args_json);
+      if (row.traceparent) {
+        job.trace_id = ParseTraceparent(*row.traceparent);
+        if (job.trace_id) job.traceparent = std::move(row.traceparent);
+      }
       job.effective_priority = planner_->Find(job.id)->effective;
       by_id.emplace(job.id, std::move(job));
     }

@@ -326,6 +326,7 @@ JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop, JobProgress*
     c_job.args_len = job.args_json.size();
     c_job.stop_requested = akadzed_host_stop_requested;
     c_job.host = &state;
+    c_job.traceparent = job.traceparent ? job.traceparent->c_str() : nullptr;
     akadzed_report report{};
     report.struct_size = sizeof report;
     report.set_result = akadzed_host_set_result;

@@ -82,7 +82,10 @@ bool Withheld(std::string_view name) {
     }
     return names;
   }();
-  return name.starts_with("AKADZE_") || kNames.count(name) != 0;
+  // The daemon's own trace context is not the job's (TRACEPARENT is set
+  // from the job's meta, or not at all).
+  return name.starts_with("AKADZE_") || kNames.count(name) != 0 || name == "TRACEPARENT" ||
+         name == "TRACESTATE";
 }
 
 [[noreturn]] void ThrowErrno(int error, const char* what) {
@@ -411,6 +414,7 @@ std::vector<std::string> ShellRun::Environment() const {
   ours["AKADZE_RUN_COUNT"] = std::to_string(job_.run_count);
   ours["AKADZE_LIMIT_KEY"] = job_.limit_key.value_or("");
   ours["AKADZE_OUTCOME_FD"] = std::to_string(kOutcomeFd);
+  if (job_.traceparent) ours["TRACEPARENT"] = *job_.traceparent;
 
   std::vector<std::string> env;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {

@@ -1,10 +1,14 @@
 #include "runtime/log_line.h"
 
+#include <charconv>
+#include <cstdint>
 #include <ctime>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/details/log_msg.h>
+
+#include "runtime/job_traces.h"
 
 namespace akadzed {
 
@@ -168,6 +172,25 @@ void AppendJsonString(std::string& out, std::string_view text) {
                                                 nlohmann::json::error_handler_t::replace);
 }
 
+// A line about a job this daemon has in hand with a trace id
+// (runtime/job_traces.h) gets trace_id= right after its job= field, unless
+// it says one itself.
+void AddTraceId(LogEvent& e) {
+  auto job = e.fields.end();
+  for (auto it = e.fields.begin(); it != e.fields.end(); ++it) {
+    if (it->first == "trace_id") return;
+    if (it->first == "job" && job == e.fields.end()) job = it;
+  }
+  if (job == e.fields.end()) return;
+  std::int64_t id = 0;
+  const std::string& text = job->second;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (error != std::errc() || end != text.data() + text.size()) return;
+  if (std::optional<std::string> trace = JobTraceId(id)) {
+    e.fields.insert(job + 1, {"trace_id", std::move(*trace)});
+  }
+}
+
 }  // namespace
 
 std::string LogValue(std::string_view value) {
@@ -212,7 +235,8 @@ LogEvent ParseLogEvent(std::string_view message) {
 }
 
 void LogLineFormatter::format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) {
-  const LogEvent e = ParseLogEvent(std::string_view(msg.payload.data(), msg.payload.size()));
+  LogEvent e = ParseLogEvent(std::string_view(msg.payload.data(), msg.payload.size()));
+  AddTraceId(e);
   std::string line;
   line.reserve(msg.payload.size() + 64);
   if (format_ == LogFormat::kJson) {

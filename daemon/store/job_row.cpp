@@ -30,12 +30,14 @@ std::string JobRowColumns(JobRowParts parts, std::string_view alias) {
   }
   if (parts.args) out += ", " + t + "args::text";
   if (parts.output) out += ", " + t + "meta::text, " + t + "errors::text, " + t + "result::text";
+  // ->> of a meta that is not an object is NULL, never an error.
+  if (parts.trace) out += ", " + t + "meta ->> 'traceparent'";
   return out;
 }
 
 int JobRowColumnCount(JobRowParts parts) {
   return kCoreColumns + (parts.times ? kTimeColumns : 0) + (parts.args ? 1 : 0) +
-         (parts.output ? kOutputColumns : 0);
+         (parts.output ? kOutputColumns : 0) + (parts.trace ? 1 : 0);
 }
 
 JobRow ReadJobRow(const pg::Result& r, int i, JobRowParts parts, int first_column) {
@@ -67,6 +69,7 @@ JobRow ReadJobRow(const pg::Result& r, int i, JobRowParts parts, int first_colum
     j.errors_json = std::string(r.text(i, c++));
     j.result_json = r.optional_text(i, c++);
   }
+  if (parts.trace) j.traceparent = r.optional_text(i, c++);
   return j;
 }
 

@@ -25,6 +25,7 @@ struct JobRowParts {
   bool times = false;   // run_at ... finished_at, as ISO-8601 UTC text
   bool args = false;    // args (never printed, never logged)
   bool output = false;  // meta, errors, result
+  bool trace = false;   // meta's "traceparent" (text, or NULL)
 };
 
 // What the admin commands show: everything but args.
@@ -32,7 +33,8 @@ inline constexpr JobRowParts kJobRowForAdmin{.times = true, .args = false, .outp
 // What a transition hook is given.
 inline constexpr JobRowParts kJobRowForHooks{.times = false, .args = true, .output = true};
 // What a claim hands the worker.
-inline constexpr JobRowParts kJobRowForClaim{.times = false, .args = true, .output = false};
+inline constexpr JobRowParts kJobRowForClaim{.times = false, .args = true, .output = false,
+                                             .trace = true};
 // The core columns only.
 inline constexpr JobRowParts kJobRowCore{};
 
@@ -65,6 +67,8 @@ struct JobRow {
   std::string meta_json = "{}";
   std::string errors_json = "[]";
   std::optional<std::string> result_json;
+  // trace: meta's "traceparent" as stored (unchecked)
+  std::optional<std::string> traceparent;
 };
 
 // The select list of `parts` over the columns of `alias` ("" or e.g. "j"),

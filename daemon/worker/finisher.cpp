@@ -8,6 +8,7 @@
 
 #include "core/redact.h"
 #include "pg/pg_error.h"
+#include "runtime/job_traces.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {
@@ -19,6 +20,8 @@ constexpr std::size_t kMaxBatch = 1000;
 void LogFinish(const FinishItem& item, const FinishResult& result) {
   const ClaimedJob& job = item.job;
   const JobOutcome& o = item.outcome;
+  // The run's lines carried its trace id (QueueRunner::Execute); so does this.
+  const JobTraceScope trace(job.id, job.trace_id);
   if (!result.applied) {
     spdlog::warn(
         "stale_finish job={} run={} task={} queue={} outcome={} | discarded: the job is no longer "

@@ -9,6 +9,7 @@
 #include "pg/params.h"
 #include "pg/pg_error.h"
 #include "store/job_finish.h"
+#include "runtime/job_traces.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {
@@ -338,6 +339,9 @@ void QueueRunner::ExecutorLoop(ExecutorSeat& seat) {
 
 void QueueRunner::Execute(Claimed claimed, ExecutorSeat& seat) {
   const ClaimedJob& job = claimed.job;
+  // Every line about the job while it runs here carries its trace id (the
+  // log formatter reads it); the finisher's lines add it themselves.
+  const JobTraceScope trace(job.id, job.trace_id);
   if (!lease_.HeldAs(claimed.worker_id)) {
     // Claimed under a lease lost since: the job is being rescued.
     spdlog::warn("drop job={} task={} queue={} | lease lost before it started: not run", job.id,

@@ -15,6 +15,7 @@
  *                     then four refused reports (progress 1.5, meta not an
  *                     object, meta not JSON, nothing), then SUCCESS with the
  *                     report_progress return codes as the result
+ *   "trace"           SUCCESS with {"traceparent": the job's or null}
  *   anything else     SUCCESS without a result */
 #define _POSIX_C_SOURCE 200809L
 
@@ -92,6 +93,14 @@ static int test_handle(void* instance, const struct akadzed_job* job,
     char result[128];
     int len = snprintf(result, sizeof result, "[%d, %d, %d, %d, %d, %d]", codes[0], codes[1],
                        codes[2], codes[3], codes[4], codes[5]);
+    report->set_result(report, result, (size_t)len);
+    return AKADZED_SUCCESS;
+  }
+  if (is(job, "trace")) {
+    char result[160];
+    const char* tp = AKADZED_HAS_MEMBER(job, struct akadzed_job, traceparent) ? job->traceparent : NULL;
+    int len = snprintf(result, sizeof result, "{\"traceparent\": %s%s%s}", tp ? "\"" : "",
+                       tp ? tp : "null", tp ? "\"" : "");
     report->set_result(report, result, (size_t)len);
     return AKADZED_SUCCESS;
   }

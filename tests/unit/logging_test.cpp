@@ -27,6 +27,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "runtime/job_traces.h"
 #include "runtime/log_line.h"
 #include "runtime/logging.h"
 
@@ -361,6 +362,52 @@ TEST_CASE("logfmt lines: ts, level, event, fields, msg; one event per line", "[l
   CHECK(lines[2].substr(28) == "level=debug event=stopped worker=abc");
   CHECK(lines[3].substr(28) == "level=error event=prune_failed msg=boom");
   CHECK(lines[4].substr(28) == "level=critical event=start_failed msg=\"no database\"");
+}
+
+TEST_CASE("lines about a job with a trace id carry trace_id after job=, in every format", "[logging][trace]") {
+  const std::string trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+  FormattedLog log(LogFormat::kLogfmt);
+  FormattedLog json_log(LogFormat::kJson);
+  {
+    const JobTraceScope scope(42, trace);
+    const JobTraceScope nested(42, trace);  // claimed here again while the first is ending
+    log.logger().info("start job={} task=t", 42);
+    json_log.logger().info("start job={} task=t", 42);
+    log.logger().info("start job={} task=t", 43);           // another job
+    log.logger().info("x job=42 trace_id=own | kept");      // says its own
+    log.logger().info("cancel_requested job=042x | not a job id");
+  }
+  log.logger().info("finish job={} task=t", 42);  // no longer in hand
+  const std::vector<std::string> lines = log.lines();
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[0].substr(28) == "level=info event=start job=42 trace_id=" + trace + " task=t");
+  CHECK(lines[1].substr(28) == "level=info event=start job=43 task=t");
+  CHECK(lines[2].substr(28) == "level=info event=x job=42 trace_id=own msg=kept");
+  CHECK(lines[3].substr(28) == "level=info event=cancel_requested job=042x msg=\"not a job id\"");
+  CHECK(lines[4].substr(28) == "level=info event=finish job=42 task=t");
+  CHECK(json::parse(json_log.lines().at(0))["trace_id"] == trace);
+  CHECK_FALSE(JobTraceId(42));
+}
+
+TEST_CASE("W3C traceparent: the trace id of a valid one, nothing else", "[logging][trace]") {
+  CHECK(ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01") ==
+        "4bf92f3577b34da6a3ce929d0e0e4736");
+  // A later version may append fields.
+  CHECK(ParseTraceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-extra") ==
+        "4bf92f3577b34da6a3ce929d0e0e4736");
+  for (const char* bad : {
+           "", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+           "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",   // upper case
+           "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",   // not hex
+           "00-00000000000000000000000000000000-00f067aa0ba902b7-01",   // zero trace id
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",   // zero parent id
+           "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",   // version ff
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", // version 00 is 55 bytes
+           "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",
+           "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}) {
+    INFO(bad);
+    CHECK_FALSE(ParseTraceparent(bad));
+  }
 }
 
 TEST_CASE("JSON lines: one valid UTF-8 object per line, all values strings", "[logging]") {

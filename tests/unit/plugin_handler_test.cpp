@@ -422,4 +422,20 @@ TEST_CASE("a plugin's report_progress merges into the job's pending progress; ba
   CHECK(nlohmann::json::parse(*outcome.result_json) == nlohmann::json{0, 0, -1, -1, -1, -1});
 }
 
+TEST_CASE("a job's traceparent reaches the plugin as akadzed_job.traceparent", "[plugin][trace]") {
+  LogCapture quiet;
+  PluginHandler handler("t", Config(TestPlugin("misbehaving_plugin")));
+  ClaimedJob job = Job(R"("trace")");
+  JobStop stop;
+  JobOutcome outcome = handler.Run(job, stop);
+  REQUIRE(outcome.result_json);
+  CHECK(nlohmann::json::parse(*outcome.result_json) == nlohmann::json{{"traceparent", nullptr}});
+  job.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  job.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  outcome = handler.Run(job, stop);
+  REQUIRE(outcome.result_json);
+  CHECK(nlohmann::json::parse(*outcome.result_json) ==
+        nlohmann::json{{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}});
+}
+
 }  // namespace akadzed

@@ -43,7 +43,8 @@ extern "C" {
 
 /* The ABI version this header describes. */
 #define AKADZED_PLUGIN_ABI_VERSION 1
-/* Its compatible additions: 1 on_transition; 2 report_progress. */
+/* Its compatible additions: 1 on_transition; 2 report_progress and
+ * akadzed_job.traceparent. */
 #define AKADZED_PLUGIN_ABI_MINOR 2
 
 /* The name of the symbol the daemon looks up with dlsym(). */
@@ -120,6 +121,14 @@ struct akadzed_job {
   int (*stop_requested)(const struct akadzed_job* job);
   /* The daemon's own data for the callbacks; do not touch. */
   void* host;
+
+  /* Appended in minor 2; check AKADZED_HAS_MEMBER(job, struct akadzed_job,
+   * traceparent) before reading. */
+
+  /* The W3C traceparent of the job's meta ("00-<trace-id>-<parent-id>-
+   * <flags>", NUL-terminated) when it holds a valid one, else NULL: continue
+   * the application's trace with it. */
+  const char* traceparent;
 };
 
 /* Callbacks through which handle() reports details of its outcome. Every
