@@ -175,7 +175,10 @@ JobRow RequeueJob(pg::Connection& conn, std::int64_t id) {
   tx.exec("SAVEPOINT requeue");
   try {
     pg::Result u = tx.exec(
-        "UPDATE akadze.jobs AS j SET state = 'queued', attempt = 0, run_at = now(),"
+        "UPDATE akadze.jobs AS j SET state = 'queued', run_at = now(),"
+        // akadze's requeue: the failed runs stay counted, and the job gets
+        // one more attempt (int4's maximum saturates).
+        " max_attempts = GREATEST(j.max_attempts, LEAST(j.attempt::int8 + 1, 2147483647))::int,"
         " worker_id = NULL, started_at = NULL, finished_at = NULL, cancel_requested_at = NULL"
         " WHERE id = $1 RETURNING " + JobRowColumns(kJobRowForAdmin, "j"),
         pg::Params().add(id));

@@ -284,7 +284,7 @@ TEST_CASE("admin jobs cancel: queued now, running by request, finished refused",
   db.Fails({"jobs", "cancel", "0"}, 2);
 }
 
-TEST_CASE("admin jobs requeue: only failed jobs, attempt reset, errors kept", "[admin]") {
+TEST_CASE("admin jobs requeue: only failed jobs, one more attempt as akadze's, errors kept", "[admin]") {
   Db db;
   const std::int64_t failed = db.Insert(
       "task, state, attempt, max_attempts, run_count, worker_id, started_at, finished_at,"
@@ -296,7 +296,8 @@ TEST_CASE("admin jobs requeue: only failed jobs, attempt reset, errors kept", "[
   CHECK(db.Ok({"jobs", "requeue", std::to_string(failed)}) ==
         "requeued job " + std::to_string(failed) + " in queue default\n");
   CHECK(db.Field(failed, "state") == "queued");
-  CHECK(db.Field(failed, "attempt") == "0");
+  CHECK(db.Field(failed, "attempt") == "3");
+  CHECK(db.Field(failed, "max_attempts") == "4");
   CHECK(db.Field(failed, "run_count") == "3");
   CHECK(db.Field(failed, "worker_id IS NULL AND finished_at IS NULL") == "true");
   CHECK(db.Field(failed, "run_at > now() - interval '1 minute'") == "true");
@@ -310,6 +311,21 @@ TEST_CASE("admin jobs requeue: only failed jobs, attempt reset, errors kept", "[
   CHECK(Contains(db.Fails({"jobs", "requeue", std::to_string(queued)}, 1), "is cancelled"));
   CHECK(db.Fails({"jobs", "requeue", "31337"}, 1) == "jobs requeue failed: job 31337 not found\n");
 
+  SECTION("max_attempts is raised only as far as one more attempt needs, and saturates") {
+    const std::int64_t failed_early = db.Insert("task, state, attempt, max_attempts, finished_at",
+                                                "'t', 'failed', 1, 5, now()");  // failed by outcome
+    db.Ok({"jobs", "requeue", std::to_string(failed_early)});
+    CHECK(db.Field(failed_early, "attempt || '/' || max_attempts") == "1/5");
+    const std::int64_t at_max = db.Insert("task, state, attempt, max_attempts, finished_at",
+                                          "'t', 'failed', 2147483647, 2147483647, now()");
+    db.Ok({"jobs", "requeue", std::to_string(at_max)});
+    CHECK(db.Field(at_max, "state || ' ' || attempt || '/' || max_attempts") ==
+          "queued 2147483647/2147483647");
+    const std::int64_t below_max = db.Insert("task, state, attempt, max_attempts, finished_at",
+                                             "'t', 'failed', 2147483646, 7, now()");
+    db.Ok({"jobs", "requeue", std::to_string(below_max)});
+    CHECK(db.Field(below_max, "attempt || '/' || max_attempts") == "2147483646/2147483647");
+  }
   SECTION("a failed job whose unique_key is held again is refused") {
     const std::int64_t old = db.Insert("task, state, unique_key, finished_at",
                                        "'t', 'failed', 'nightly', now()");
