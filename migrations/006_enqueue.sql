@@ -186,6 +186,19 @@ BEGIN
     run_at := COALESCE(run_at, now());
 END $$;
 
+-- NOTIFY akadze_jobs once per queue of `ready_queues` (duplicates and NULL
+-- are fine); returns `ids`, for enqueue_jobs' two ways out.
+CREATE FUNCTION akadze.enqueue_notify(ids bigint[], ready_queues text[])
+RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF ready_queues IS NOT NULL THEN
+        PERFORM pg_notify('akadze_jobs', q)
+        FROM (SELECT DISTINCT unnest(ready_queues) AS q) AS queues WHERE q IS NOT NULL;
+    END IF;
+    RETURN ids;
+END $$;
+
 -- The jobs of one call, in input order; ids in that order. Shared by
 -- enqueue and enqueue_many (what: each message's prefix, '' for many).
 CREATE FUNCTION akadze.enqueue_jobs(jobs jsonb, on_conflict text, caller text)
@@ -221,16 +234,65 @@ BEGIN
 
     -- Jobs without a unique_key: one INSERT. Their ids come from the
     -- identity in insertion order, which is input order (the sort runs
-    -- before the volatile default is evaluated).
-    WITH input AS (
-        SELECT e.ord, c.*
-        FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord),
-             LATERAL akadze.enqueue_checked(e.job,
-                 CASE WHEN caller = 'akadze.enqueue' THEN 'akadze.enqueue: '
-                      ELSE caller || ': jobs[' || (e.ord - 1) || '].' END) AS c
+    -- before the volatile default is evaluated). A job of only the common
+    -- fields whose values are plainly right (`plain`) is converted by set
+    -- expressions; any other (a time field, or a value to refuse) goes
+    -- through enqueue_checked, which types it or raises its message. Each
+    -- test of `plain` is a CASE, so no cast runs on a value of another type.
+    WITH elems AS (
+        SELECT e.ord, e.job
+        FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord)
         WHERE jsonb_typeof(e.job) <> 'object' OR e.job -> 'unique_key' IS NULL
-           OR e.job -> 'unique_key' = 'null'
-        ORDER BY e.ord),
+           OR e.job -> 'unique_key' = 'null'),
+    classified AS (
+        SELECT x.ord, x.job,
+            CASE WHEN jsonb_typeof(x.job) <> 'object' THEN false
+                 WHEN x.job - ARRAY['task', 'args', 'queue', 'priority', 'limit_key', 'max_attempts',
+                                    'unique_key', 'meta'] <> '{}'::jsonb THEN false
+                 WHEN COALESCE(jsonb_typeof(x.job -> 'task'), '') <> 'string'
+                      OR x.job ->> 'task' = '' THEN false
+                 WHEN COALESCE(jsonb_typeof(x.job -> 'args'), 'null') NOT IN ('object', 'null') THEN false
+                 WHEN COALESCE(jsonb_typeof(x.job -> 'meta'), 'null') NOT IN ('object', 'null') THEN false
+                 WHEN COALESCE(jsonb_typeof(x.job -> 'queue'), 'null') NOT IN ('string', 'null')
+                      OR x.job ->> 'queue' = '' THEN false
+                 WHEN COALESCE(jsonb_typeof(x.job -> 'limit_key'), 'null') NOT IN ('string', 'null')
+                      OR x.job ->> 'limit_key' = '' THEN false
+                 WHEN COALESCE(jsonb_typeof(x.job -> 'priority'), 'null') NOT IN ('number', 'null')
+                      OR COALESCE(jsonb_typeof(x.job -> 'max_attempts'), 'null') NOT IN ('number', 'null')
+                      THEN false
+                 WHEN jsonb_typeof(x.job -> 'priority') = 'number'
+                      AND NOT ((x.job -> 'priority')::numeric BETWEEN -32768 AND 32767
+                               AND (x.job -> 'priority')::numeric = trunc((x.job -> 'priority')::numeric))
+                      THEN false
+                 WHEN jsonb_typeof(x.job -> 'max_attempts') = 'number'
+                      AND NOT ((x.job -> 'max_attempts')::numeric BETWEEN 1 AND 2147483647
+                               AND (x.job -> 'max_attempts')::numeric
+                                   = trunc((x.job -> 'max_attempts')::numeric))
+                      THEN false
+                 ELSE true END AS plain
+        FROM elems AS x),
+    input AS (
+        SELECT c.ord, c.job ->> 'task' AS task,
+               CASE WHEN jsonb_typeof(c.job -> 'args') = 'object' THEN c.job -> 'args'
+                    ELSE '{}'::jsonb END AS args,
+               COALESCE(c.job ->> 'queue', 'default') AS queue,
+               CASE WHEN jsonb_typeof(c.job -> 'priority') = 'number'
+                    THEN (c.job -> 'priority')::numeric::smallint ELSE 0::smallint END AS priority,
+               now() AS run_at, c.job ->> 'limit_key' AS limit_key,
+               CASE WHEN jsonb_typeof(c.job -> 'max_attempts') = 'number'
+                    THEN (c.job -> 'max_attempts')::numeric::integer ELSE 3 END AS max_attempts,
+               NULL::timestamptz AS expires_at,
+               CASE WHEN jsonb_typeof(c.job -> 'meta') = 'object' THEN c.job -> 'meta'
+                    ELSE '{}'::jsonb END AS meta
+        FROM classified AS c WHERE c.plain
+        UNION ALL
+        SELECT c.ord, k.task, k.args, k.queue, k.priority, k.run_at, k.limit_key, k.max_attempts,
+               k.expires_at, k.meta
+        FROM classified AS c,
+             LATERAL akadze.enqueue_checked(c.job,
+                 CASE WHEN caller = 'akadze.enqueue' THEN 'akadze.enqueue: '
+                      ELSE caller || ': jobs[' || (c.ord - 1) || '].' END) AS k
+        WHERE NOT c.plain),
     inserted AS (
         INSERT INTO akadze.jobs (task, args, queue, priority, run_at, limit_key, max_attempts,
                                  expires_at, meta)
@@ -240,6 +302,10 @@ BEGIN
         RETURNING akadze.jobs.id, akadze.jobs.queue, akadze.jobs.run_at <= now() AS ready)
     SELECT array_agg(i.id ORDER BY i.id), array_agg(DISTINCT i.queue) FILTER (WHERE i.ready)
         INTO plain_ids, ready_queues FROM inserted AS i;
+    IF array_length(plain_ids, 1) = n THEN
+        -- No job has a unique_key: the ids are in input order already.
+        RETURN akadze.enqueue_notify(plain_ids, ready_queues);
+    END IF;
     IF plain_ids IS NOT NULL THEN
         SELECT array_agg(e.ord ORDER BY e.ord) INTO plain_ords
         FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord)
@@ -316,8 +382,7 @@ BEGIN
         END LOOP;
     END LOOP;
 
-    PERFORM pg_notify('akadze_jobs', q) FROM (SELECT DISTINCT unnest(ready_queues) AS q) AS queues;
-    RETURN ids;
+    RETURN akadze.enqueue_notify(ids, ready_queues);
 END $$;
 
 CREATE FUNCTION akadze.enqueue(
@@ -334,8 +399,29 @@ CREATE FUNCTION akadze.enqueue(
     expires_at timestamptz DEFAULT NULL,
     meta jsonb DEFAULT '{}')
 RETURNS bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT (akadze.enqueue_jobs(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+-- plpgsql rather than sql: a SECURITY DEFINER function is never inlined, and
+-- a sql one would be planned again on every call (4x a plain INSERT's
+-- server time per job, bench/enqueue_bench); plpgsql keeps its plans for
+-- the session.
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    new_id bigint;
+BEGIN
+    -- The common job (no unique_key, no time, values plainly right) is one
+    -- INSERT; anything else takes the general path, whose checks name what
+    -- is wrong (enqueue_checked), or resolve the unique_key.
+    IF unique_key IS NULL AND run_at IS NULL AND delay IS NULL AND expires_at IS NULL
+       AND task <> '' AND queue <> '' AND (limit_key IS NULL OR limit_key <> '')
+       AND jsonb_typeof(args) = 'object' AND jsonb_typeof(meta) = 'object'
+       AND priority BETWEEN -32768 AND 32767 AND max_attempts BETWEEN 1 AND 2147483647
+       AND on_conflict IN ('skip', 'replace', 'raise') THEN
+        INSERT INTO akadze.jobs AS j (task, args, queue, priority, limit_key, max_attempts, meta)
+        VALUES (task, args, queue, priority, limit_key, max_attempts, meta)
+        RETURNING j.id INTO new_id;
+        PERFORM pg_notify('akadze_jobs', queue);
+        RETURN new_id;
+    END IF;
+    RETURN (akadze.enqueue_jobs(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
         'task', to_jsonb(task), 'args', args, 'queue', to_jsonb(queue),
         'priority', to_jsonb(priority), 'limit_key', to_jsonb(limit_key),
         'run_at', to_jsonb(run_at), 'delay', to_jsonb(delay::text),
@@ -344,20 +430,22 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
         -- jsonb_strip_nulls drops SQL NULLs; a missing task must still be named.
         || CASE WHEN task IS NULL THEN '{"task": null}'::jsonb ELSE '{}'::jsonb END
         || CASE WHEN args = 'null' THEN '{"args": null}'::jsonb ELSE '{}'::jsonb END),
-        on_conflict, 'akadze.enqueue'))[1]
-$$;
+        on_conflict, 'akadze.enqueue'))[1];
+END $$;
 
 CREATE FUNCTION akadze.enqueue_many(jobs jsonb, on_conflict text DEFAULT 'skip')
 RETURNS bigint[]
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT akadze.enqueue_jobs(jobs, on_conflict, 'akadze.enqueue_many')
-$$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN akadze.enqueue_jobs(jobs, on_conflict, 'akadze.enqueue_many');
+END $$;
 
 -- Functions are executable by PUBLIC unless revoked: only roles granted
--- EXECUTE (docs/security.md) may enqueue; the helpers are called by the
--- two SECURITY DEFINER functions as their owner.
+-- EXECUTE (docs/security.md) may enqueue; the three helpers are called by
+-- the two SECURITY DEFINER functions as their owner.
 REVOKE ALL ON FUNCTION akadze.enqueue_checked(jsonb, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION akadze.enqueue_jobs(jsonb, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION akadze.enqueue_notify(bigint[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION akadze.enqueue(text, jsonb, text, bigint, text, timestamptz, interval, bigint,
                                       text, text, timestamptz, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION akadze.enqueue_many(jsonb, text) FROM PUBLIC;

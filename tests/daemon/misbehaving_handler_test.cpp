@@ -31,6 +31,20 @@
 #include "support/test_cluster.h"
 
 namespace akadzed::test {
+// True in a build with -fsanitize=address (GCC defines __SANITIZE_ADDRESS__,
+// clang answers __has_feature).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUnderAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kUnderAddressSanitizer = true;
+#else
+constexpr bool kUnderAddressSanitizer = false;
+#endif
+#else
+constexpr bool kUnderAddressSanitizer = false;
+#endif
+
 namespace {
 
 using nlohmann::json;
@@ -180,8 +194,13 @@ TEST_CASE("100 MB on stdout: the log is capped, the job succeeds, the daemon's m
   INFO("VmRSS " << rss_before << " -> " << rss_after << " kB, VmHWM " << peak_before << " -> "
                 << peak_after << " kB");
   // 200 MB went through; the daemon never held more than a few buffers.
-  CHECK(peak_after - peak_before < 32 * 1024);
-  CHECK(rss_after - rss_before < 32 * 1024);
+  // Under AddressSanitizer freed memory is held back in its quarantine
+  // (.ci/run sets quarantine_size_mb=16) before it can be reused: that much
+  // more may stay resident however flat the daemon's own use is (every
+  // freed buffer, line and statement result passes through it).
+  const long slack_kb = 32 * 1024 + (kUnderAddressSanitizer ? 16 * 1024 : 0);
+  CHECK(peak_after - peak_before < slack_kb);
+  CHECK(rss_after - rss_before < slack_kb);
 
   std::string log = daemon->Log();
   // 500,000 lines: 64 KiB of them (plus each line's fields), then one warning.
