@@ -149,6 +149,7 @@ void Finisher::FreeSlots(const std::vector<const FinishItem*>& ended) {
 
 std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
                                                    std::vector<FinishRequest>& requests,
+                                                   const std::vector<std::optional<std::string>>& trace_ids,
                                                    std::vector<RowFate>& fates) {
   std::vector<FinishResult> results;
   fates.assign(requests.size(), RowFate::kWritten);
@@ -181,6 +182,7 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
           requests[k].outcome.kind = OutcomeKind::kFail;
           continue;
         }
+        const JobTraceScope trace(requests[k].job_id, trace_ids[k]);
         spdlog::error("finish_unprocessable job={} run={} | {}; not recorded: the job stays running until the "
                       "lease keeper releases it (heartbeat_ttl after its claim)",
                       requests[k].job_id, requests[k].run_count, OneLine(e.what()));
@@ -210,10 +212,12 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
   while (!batch.empty()) {
     const std::string worker_id = batch.front().worker_id;
     std::vector<FinishRequest> requests;
+    std::vector<std::optional<std::string>> trace_ids;
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (batch[i].worker_id != worker_id) continue;
       requests.push_back({batch[i].job.id, batch[i].job.run_count, batch[i].outcome});
+      trace_ids.push_back(batch[i].job.trace_id);
       members.push_back(i);
     }
     std::vector<FinishResult> results;
@@ -226,7 +230,7 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
         if (!one_by_one) {
           results = session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, requests, hooks_, plan_); });
         } else {
-          results = FinishOneByOne(worker_id, requests, fates);
+          results = FinishOneByOne(worker_id, requests, trace_ids, fates);
           for (std::size_t k = 0; k < members.size(); ++k) batch[members[k]].outcome = requests[k].outcome;
         }
         break;

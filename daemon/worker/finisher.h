@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <mutex>
 #include <string>
@@ -88,9 +89,11 @@ class Finisher {
   // as an orphan). Only for errors one row can cause
   // (pg::IsRowFaultSqlState); others end the pass like a lost connection. A hook's refusal
   // is kRefused. So one row never keeps the others of its batch, or the
-  // batch, from being recorded (docs/reliability.md).
+  // batch, from being recorded (docs/reliability.md). `trace_ids`: each
+  // request's job's trace id (or none), for the line of a row given up.
   std::vector<FinishResult> FinishOneByOne(const std::string& worker_id,
                                            std::vector<FinishRequest>& requests,
+                                           const std::vector<std::optional<std::string>>& trace_ids,
                                            std::vector<RowFate>& fates);
 
   DbSession session_;
