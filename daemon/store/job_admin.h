@@ -86,9 +86,10 @@ CancelOutcome CancelJob(pg::Connection& conn, std::int64_t id);
 
 // Puts a failed job back as akadze's requeue does: state queued, run_at
 // now(), attempt kept and max_attempts raised to attempt + 1 when it is not
-// above that already (one more attempt), worker_id, started_at, finished_at
-// and cancel_requested_at NULL; errors and result are kept. Any other state is an AdminError; so is an active job holding the
-// same unique_key. Returns the job as it is now.
+// above that already (one more attempt; saturates at int4's maximum),
+// worker_id, started_at, finished_at and cancel_requested_at NULL; errors,
+// result and run_count are kept. Any other state is an AdminError; so is an
+// active job holding the same unique_key. Returns the job as it is now.
 JobRow RequeueJob(pg::Connection& conn, std::int64_t id);
 
 struct QueueRow {
