@@ -47,7 +47,7 @@ BEGIN
         IF field NOT IN ('task', 'args', 'queue', 'priority', 'limit_key', 'run_at', 'delay',
                          'max_attempts', 'unique_key', 'expires_at', 'meta') THEN
             RAISE EXCEPTION '%: % is not a field a producer sets (fields: task, args, queue, priority, limit_key, run_at, delay, max_attempts, unique_key, expires_at, meta)',
-                rtrim(what, '.: '), quote_ident(field) USING ERRCODE = 'invalid_parameter_value';
+                rtrim(what, '.: '), translate(quote_ident(field), E'\r\n', '  ') USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
 
@@ -159,9 +159,11 @@ BEGIN
                 run_at := now() + delay;
             END IF;
         EXCEPTION
-            WHEN invalid_datetime_format OR datetime_field_overflow OR invalid_text_representation
-                OR interval_field_overflow OR numeric_value_out_of_range OR invalid_parameter_value THEN
-                IF SQLSTATE = '22023' AND SQLERRM LIKE what || '%' THEN
+            -- Any data error of the casts (22007 format, 22008 overflow, 22009
+            -- a time zone out of range, 22015 an interval out of range, ...);
+            -- our own refusal above (22023 with our prefix) passes through.
+            WHEN data_exception THEN
+                IF SQLSTATE = '22023' AND left(SQLERRM, length(what)) = what THEN
                     RAISE;
                 END IF;
                 RAISE EXCEPTION '% is not %: %', what || stage,
@@ -187,14 +189,17 @@ BEGIN
 END $$;
 
 -- NOTIFY akadze_jobs once per queue of `ready_queues` (duplicates and NULL
--- are fine); returns `ids`, for enqueue_jobs' two ways out.
+-- are fine; a name of 8000 bytes or more, longer than a notification's
+-- payload may be, is left to the daemons' polling); returns `ids`, for
+-- enqueue_jobs' two ways out.
 CREATE FUNCTION akadze.enqueue_notify(ids bigint[], ready_queues text[])
 RETURNS bigint[]
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF ready_queues IS NOT NULL THEN
         PERFORM pg_notify('akadze_jobs', q)
-        FROM (SELECT DISTINCT unnest(ready_queues) AS q) AS queues WHERE q IS NOT NULL;
+        FROM (SELECT DISTINCT unnest(ready_queues) AS q) AS queues
+        WHERE q IS NOT NULL AND octet_length(q) < 8000;
     END IF;
     RETURN ids;
 END $$;
@@ -213,10 +218,15 @@ DECLARE
     r record;
     holder_id bigint;
     holder_state text;
+    holder_task text;
+    holder_queue text;
+    holder_dead boolean;
     inserted_id bigint;
     ready boolean;
     tries integer;
     first_ord bigint;
+    second_ord bigint;
+    dup_key text;
 BEGIN
     IF on_conflict IS NULL OR on_conflict NOT IN ('skip', 'replace', 'raise') THEN
         RAISE EXCEPTION '%: on_conflict must be skip, replace or raise, not %', caller,
@@ -317,6 +327,22 @@ BEGIN
 
     -- Jobs with a unique_key, one at a time: an active job (queued or
     -- running) holding the key decides by on_conflict.
+    -- One call replaces a job once: the first key named twice (one pass).
+    IF on_conflict = 'replace' THEN
+        SELECT d.first_ord, d.second_ord, d.k INTO first_ord, second_ord, dup_key
+        FROM (SELECT e.job ->> 'unique_key' AS k, min(e.ord) AS first_ord,
+                     (array_agg(e.ord ORDER BY e.ord))[2] AS second_ord
+              FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord)
+              WHERE jsonb_typeof(e.job) = 'object' AND jsonb_typeof(e.job -> 'unique_key') = 'string'
+              GROUP BY 1 HAVING count(*) > 1) AS d
+        ORDER BY d.second_ord LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION '%: jobs[%] and jobs[%] have the same unique_key %: one call can replace a job once',
+                caller, first_ord - 1, second_ord - 1, translate(quote_literal(dup_key), E'\r\n', '  ')
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+
     FOR r IN
         SELECT e.ord, c.*
         FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord),
@@ -326,15 +352,6 @@ BEGIN
         WHERE e.job -> 'unique_key' IS NOT NULL AND e.job -> 'unique_key' <> 'null'
         ORDER BY e.ord
     LOOP
-        IF on_conflict = 'replace' THEN
-            SELECT min(e.ord) INTO first_ord FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord)
-            WHERE e.job ->> 'unique_key' = r.unique_key;
-            IF first_ord < r.ord THEN
-                RAISE EXCEPTION '%: jobs[%] and jobs[%] have the same unique_key %: one call can replace a job once',
-                    caller, first_ord - 1, r.ord - 1, quote_literal(r.unique_key)
-                    USING ERRCODE = 'invalid_parameter_value';
-            END IF;
-        END IF;
         tries := 0;
         LOOP
             tries := tries + 1;
@@ -350,34 +367,70 @@ BEGIN
                 IF ready THEN ready_queues := array_append(ready_queues, r.queue); END IF;
                 EXIT;
             END IF;
-            SELECT j.id, j.state INTO holder_id, holder_state FROM akadze.jobs AS j
-            WHERE j.unique_key = r.unique_key AND j.state IN ('queued', 'running')
-            FOR UPDATE;
-            IF holder_id IS NOT NULL THEN
+            -- No row lock: skip and raise only read the holder (a lock held
+            -- to the producer's commit would hide a queued holder from the
+            -- claims and hold up a running one's finish); replace locks it
+            -- in its UPDATE, which checks the state again.
+            SELECT j.id, j.state, j.task,
+                   j.state = 'queued' AND (j.cancel_requested_at IS NOT NULL OR j.expires_at <= now())
+                INTO holder_id, holder_state, holder_task, holder_dead
+            FROM akadze.jobs AS j
+            WHERE j.unique_key = r.unique_key AND j.state IN ('queued', 'running');
+            IF holder_id IS NOT NULL AND holder_dead THEN
+                -- A queued holder that can never run (its cancel requested, or
+                -- past expires_at) frees its key: it ends cancelled as the
+                -- daemons' sweep would end it (store/queued_sweep.cpp, the same
+                -- Expired entry), and the insert is tried again.
+                UPDATE akadze.jobs AS j SET state = 'cancelled', finished_at = now(),
+                    errors = CASE WHEN j.cancel_requested_at IS NOT NULL THEN j.errors ELSE
+                        (SELECT COALESCE(jsonb_agg(x.entry ORDER BY x.pos), '[]'::jsonb) FROM
+                            (SELECT y.entry, y.pos FROM jsonb_array_elements(j.errors || jsonb_build_array(
+                                jsonb_build_object('error', 'Expired', 'message',
+                                    'expires_at ' || CASE WHEN isfinite(j.expires_at)
+                                        THEN to_char(j.expires_at AT TIME ZONE 'UTC',
+                                                     'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                                        ELSE j.expires_at::text END
+                                    || ' passed before the job ran')))
+                                WITH ORDINALITY AS y(entry, pos) ORDER BY y.pos DESC LIMIT 10) AS x) END
+                WHERE j.id = holder_id AND j.state = 'queued'
+                  AND (j.cancel_requested_at IS NOT NULL OR j.expires_at <= now());
+            ELSIF holder_id IS NOT NULL THEN
                 IF on_conflict = 'skip' THEN
                     ids[r.ord] := holder_id;
                     EXIT;
                 ELSIF on_conflict = 'raise' THEN
                     RAISE EXCEPTION '%: unique_key % is already held by job % (%); no job enqueued',
-                        caller, quote_literal(r.unique_key), holder_id, holder_state
+                        caller, translate(quote_literal(r.unique_key), E'\r\n', '  '), holder_id, holder_state
                         USING ERRCODE = 'unique_violation';
                 ELSIF holder_state <> 'queued' THEN
                     RAISE EXCEPTION '%: unique_key % is held by job %, which is %: only a queued job can be replaced; no job enqueued',
-                        caller, quote_literal(r.unique_key), holder_id, holder_state
+                        caller, translate(quote_literal(r.unique_key), E'\r\n', '  '), holder_id, holder_state
+                        USING ERRCODE = 'unique_violation';
+                ELSIF holder_task <> r.task THEN
+                    RAISE EXCEPTION '%: unique_key % is held by job % of task %: replace keeps the holder''s task (only args and run_at change); no job enqueued',
+                        caller, translate(quote_literal(r.unique_key), E'\r\n', '  '), holder_id,
+                        translate(quote_literal(holder_task), E'\r\n', '  ')
                         USING ERRCODE = 'unique_violation';
                 END IF;
                 UPDATE akadze.jobs AS j SET args = r.args, run_at = r.run_at
-                WHERE j.id = holder_id RETURNING j.run_at <= now() INTO ready;
-                ids[r.ord] := holder_id;
-                IF ready THEN ready_queues := array_append(ready_queues, r.queue); END IF;
-                EXIT;
+                WHERE j.id = holder_id AND j.state = 'queued'
+                RETURNING j.run_at <= now(), j.queue INTO ready, holder_queue;
+                IF FOUND THEN
+                    ids[r.ord] := holder_id;
+                    -- The holder's queue is the one to wake.
+                    IF ready THEN ready_queues := array_append(ready_queues, holder_queue); END IF;
+                    EXIT;
+                END IF;
+                -- Claimed meanwhile: the next try finds it running.
             END IF;
-            -- The holder ended between the two statements: insert again. A
-            -- snapshot that cannot see the holder (REPEATABLE READ) would
-            -- loop for ever: give up after a few tries.
+            -- Insert again: the holder ended between the two statements, was
+            -- ended above (it could never run), or was claimed before replace
+            -- could change it. A snapshot that cannot see the holder
+            -- (REPEATABLE READ) would loop for ever: give up after a few tries.
             IF tries >= 5 THEN
                 RAISE EXCEPTION '%: unique_key % is held by a job this transaction cannot see; retry in a new transaction',
-                    caller, quote_literal(r.unique_key) USING ERRCODE = 'serialization_failure';
+                    caller, translate(quote_literal(r.unique_key), E'\r\n', '  ')
+                    USING ERRCODE = 'serialization_failure';
             END IF;
         END LOOP;
     END LOOP;
@@ -418,18 +471,22 @@ BEGIN
         INSERT INTO akadze.jobs AS j (task, args, queue, priority, limit_key, max_attempts, meta)
         VALUES (task, args, queue, priority, limit_key, max_attempts, meta)
         RETURNING j.id INTO new_id;
-        PERFORM pg_notify('akadze_jobs', queue);
+        IF octet_length(queue) < 8000 THEN  -- as enqueue_notify
+            PERFORM pg_notify('akadze_jobs', queue);
+        END IF;
         RETURN new_id;
     END IF;
-    RETURN (akadze.enqueue_jobs(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-        'task', to_jsonb(task), 'args', args, 'queue', to_jsonb(queue),
-        'priority', to_jsonb(priority), 'limit_key', to_jsonb(limit_key),
-        'run_at', to_jsonb(run_at), 'delay', to_jsonb(delay::text),
-        'max_attempts', to_jsonb(max_attempts), 'unique_key', to_jsonb(unique_key),
-        'expires_at', to_jsonb(expires_at), 'meta', meta))
-        -- jsonb_strip_nulls drops SQL NULLs; a missing task must still be named.
-        || CASE WHEN task IS NULL THEN '{"task": null}'::jsonb ELSE '{}'::jsonb END
-        || CASE WHEN args = 'null' THEN '{"args": null}'::jsonb ELSE '{}'::jsonb END),
+    -- Only the scalar parameters lose their NULLs (absent: the default; a
+    -- missing task is still named by the check); args and meta go as they
+    -- are, nulls inside them kept.
+    RETURN (akadze.enqueue_jobs(jsonb_build_array(
+        jsonb_strip_nulls(jsonb_build_object(
+            'task', to_jsonb(task), 'queue', to_jsonb(queue),
+            'priority', to_jsonb(priority), 'limit_key', to_jsonb(limit_key),
+            'run_at', to_jsonb(run_at), 'delay', to_jsonb(delay::text),
+            'max_attempts', to_jsonb(max_attempts), 'unique_key', to_jsonb(unique_key),
+            'expires_at', to_jsonb(expires_at)))
+        || jsonb_build_object('args', args, 'meta', meta)),
         on_conflict, 'akadze.enqueue'))[1];
 END $$;
 

@@ -87,6 +87,19 @@ TEST_CASE("enqueue: defaults and named parameters write the row described", "[en
   CHECK(One(conn, "SELECT run_at = '2030-01-02T03:04:05Z' FROM akadze.jobs WHERE id = " + id3) ==
         "t");
   CHECK(One(conn, "SELECT akadze.enqueue('n', delay => '0 seconds') IS NOT NULL") == "t");
+
+  // args and meta are stored as given, nulls inside them kept, whichever
+  // path the call takes (a delay or a unique_key takes the general one).
+  for (const char* extra : {"", ", delay => '1 minute'", ", unique_key => 'nulls'"}) {
+    INFO(extra);
+    const std::string nulls = One(conn,
+        std::string("SELECT akadze.enqueue('n', '{\"cc\": null, \"o\": {\"x\": null}}',"
+                    " meta => '{\"m\": null}'") + extra + ")");
+    CHECK(One(conn, "SELECT args::text || ' ' || meta::text FROM akadze.jobs WHERE id = " + nulls) ==
+          "{\"o\": {\"x\": null}, \"cc\": null} {\"m\": null}");
+  }
+  // A queue name too long for a notification's payload: enqueued, no NOTIFY.
+  CHECK(One(conn, "SELECT akadze.enqueue('n', queue => repeat('q', 9000)) > 0") == "t");
 }
 
 TEST_CASE("enqueue: each mistake a producer can make is refused with its message, no row left",
@@ -156,6 +169,11 @@ TEST_CASE("enqueue: each mistake a producer can make is refused with its message
       {"SELECT akadze.enqueue_many('[{\"task\": \"a\", \"run_at\": \"soon\"}]')",
        "akadze.enqueue_many: jobs[0].run_at is not a timestamp (ISO-8601, e.g. "
        "2026-12-01T09:00:00Z): \"soon\""},
+      {"SELECT akadze.enqueue_many('[{\"task\": \"a\", \"run_at\": \"2026-12-01T09:00:00+16:00\"}]')",
+       "akadze.enqueue_many: jobs[0].run_at is not a timestamp (ISO-8601, e.g. "
+       "2026-12-01T09:00:00Z): \"2026-12-01T09:00:00+16:00\""},
+      {"SELECT akadze.enqueue_many('[{\"task\": \"a\", \"line\\nbreak\": 1}]')",
+       "akadze.enqueue_many: jobs[0]: \"line break\" is not a field a producer sets"},
       {"SELECT akadze.enqueue_many('[{\"task\": \"a\", \"run_at\": 1764579600}]')",
        "akadze.enqueue_many: jobs[0].run_at must be a timestamp (ISO-8601, e.g. "
        "2026-12-01T09:00:00Z), not number"},
@@ -211,7 +229,8 @@ TEST_CASE("enqueue_many: ids come back in input order, jobs with and without a u
 }
 
 TEST_CASE("enqueue: a unique_key held by an active job resolves by on_conflict", "[enqueue]") {
-  Connection conn = Connection::Open(test::FreshDatabase(true));
+  const std::string db = test::FreshDatabase(true);
+  Connection conn = Connection::Open(db);
   const std::string holder = One(conn,
       "SELECT akadze.enqueue('daily', '{\"v\": 1}', unique_key => 'daily:2026-12-01')");
 
@@ -238,6 +257,45 @@ TEST_CASE("enqueue: a unique_key held by an active job resolves by on_conflict",
     CHECK(One(conn, "SELECT args || jsonb_build_object('later', run_at = '2030-01-01Z')"
                     " FROM akadze.jobs WHERE id = " + holder) == "{\"v\": 3, \"later\": true}");
     CHECK(Count(conn) == 1);
+  }
+  SECTION("replace keeps the holder's task: another task is refused") {
+    test::Caught caught = Refused(conn,
+        "SELECT akadze.enqueue('weekly', unique_key => 'daily:2026-12-01', on_conflict => 'replace')");
+    CHECK(caught.sqlstate == "23505");
+    CHECK_THAT(caught.message,
+               Catch::Contains("akadze.enqueue: unique_key 'daily:2026-12-01' is held by job " + holder +
+                               " of task 'daily': replace keeps the holder's task (only args and "
+                               "run_at change); no job enqueued"));
+  }
+  SECTION("a queued holder that can never run frees the key: it ends cancelled, the job is enqueued") {
+    for (const char* mode : {"skip", "replace", "raise"}) {
+      INFO(mode);
+      const std::string dead = One(conn, "SELECT id FROM akadze.jobs WHERE unique_key = 'daily:2026-12-01'"
+                                         " AND state = 'queued'");
+      // Past its expires_at (set by hand: the API refuses one in the past).
+      conn.exec("UPDATE akadze.jobs SET expires_at = '2026-01-02T03:04:05Z' WHERE id = " + dead);
+      const std::string fresh = One(conn,
+          std::string("SELECT akadze.enqueue('daily', unique_key => 'daily:2026-12-01', on_conflict => '") +
+          mode + "')");
+      CHECK(fresh != dead);
+      CHECK(One(conn, "SELECT state || ' ' || (errors -> -1 ->> 'error') FROM akadze.jobs WHERE id = " + dead) ==
+            "cancelled Expired");
+    }
+    // A cancel request frees it too, without an error entry.
+    const std::string requested = One(conn, "SELECT id FROM akadze.jobs WHERE unique_key = 'daily:2026-12-01'"
+                                            " AND state = 'queued'");
+    conn.exec("UPDATE akadze.jobs SET cancel_requested_at = now() WHERE id = " + requested);
+    CHECK(One(conn, "SELECT akadze.enqueue('daily', unique_key => 'daily:2026-12-01')") != requested);
+    CHECK(One(conn, "SELECT state || ' ' || jsonb_array_length(errors) FROM akadze.jobs WHERE id = " +
+                        requested) == "cancelled 0");
+  }
+  SECTION("skip and raise leave the holder unlocked: a claim in another session can take it") {
+    conn.exec("BEGIN");
+    CHECK(One(conn, "SELECT akadze.enqueue('daily', unique_key => 'daily:2026-12-01')") == holder);
+    Connection other = Connection::Open(test::DirectConninfo(db));
+    CHECK(One(other, "SELECT count(*) FROM (SELECT id FROM akadze.jobs WHERE id = " + holder +
+                         " FOR UPDATE SKIP LOCKED) AS free") == "1");
+    conn.exec("COMMIT");
   }
   SECTION("replace refuses a running holder; a finished holder frees the key") {
     conn.exec("UPDATE akadze.jobs SET state = 'running', worker_id = gen_random_uuid(),"
