@@ -396,7 +396,7 @@ class ClaimRun {
       job.args_json = std::move(row.args_json);
       if (row.traceparent) {
         job.trace_id = ParseTraceparent(*row.traceparent);
-        if (job.trace_id) job.traceparent = std::move(row.traceparent);
+        if (job.trace_id) job.traceparent = W3cTraceparent(*row.traceparent);
       }
       job.effective_priority = planner_->Find(job.id)->effective;
       by_id.emplace(job.id, std::move(job));

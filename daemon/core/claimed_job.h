@@ -19,8 +19,9 @@ struct ClaimedJob {
   std::int32_t run_count = 0;  // after the claim (the fencing token)
   std::int64_t effective_priority = 0;  // the claim's ordering priority (aged, or priority)
   std::string args_json;       // never logged
-  // The W3C traceparent of the job's meta when it is a valid one
-  // (runtime/job_traces.h), and its trace id; else both empty.
+  // The W3C traceparent of the job's meta when it is a valid one, as
+  // version 00 (runtime/job_traces.h, W3cTraceparent), and its trace id;
+  // else both empty.
   std::optional<std::string> traceparent;
   std::optional<std::string> trace_id;
 };

@@ -4,6 +4,27 @@
 
 namespace akadzed {
 
+namespace {
+
+// A U+0000 in a key or a string, at any depth (the depth is bounded: a
+// shell's line by kMaxOutcomeReportDepth, a plugin's report by the JSON
+// parser's input).
+bool HoldsNul(const nlohmann::json& value) {
+  if (value.is_string()) return value.get_ref<const std::string&>().find('\0') != std::string::npos;
+  if (value.is_object()) {
+    for (const auto& item : value.items()) {
+      if (item.key().find('\0') != std::string::npos || HoldsNul(item.value())) return true;
+    }
+  } else if (value.is_array()) {
+    for (const auto& element : value) {
+      if (HoldsNul(element)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string CheckProgress(const nlohmann::json& progress, const nlohmann::json& meta,
                           ProgressReport* out) {
   ProgressReport report;
@@ -15,6 +36,10 @@ std::string CheckProgress(const nlohmann::json& progress, const nlohmann::json& 
   }
   if (!meta.is_null()) {
     if (!meta.is_object()) return "meta must be a JSON object";
+    // PostgreSQL's jsonb cannot hold U+0000 in a key or a string.
+    if (HoldsNul(meta)) {
+      return "meta must not hold the character U+0000 (jsonb cannot store it)";
+    }
     report.meta = meta;
   }
   if (!report.progress && !report.meta) return "a progress report needs progress or meta";

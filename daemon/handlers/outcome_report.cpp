@@ -15,27 +15,6 @@ namespace akadzed {
 
 namespace {
 
-// Deepest nesting of arrays and objects in JSON text, strings skipped.
-std::size_t NestingDepth(std::string_view text) {
-  std::size_t depth = 0;
-  std::size_t deepest = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 // Parses the report's "delay": a duration string or a number of seconds.
 std::optional<std::int64_t> ParseDelay(const nlohmann::json& value, std::string* error) {
   std::optional<std::int64_t> delay;
@@ -70,6 +49,26 @@ std::optional<std::int64_t> ParseDelay(const nlohmann::json& value, std::string*
 
 }  // namespace
 
+std::size_t JsonNestingDepth(std::string_view text) {
+  std::size_t depth = 0;
+  std::size_t deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 OutcomeReport ParseOutcomeReport(std::string_view text, bool too_big) {
   OutcomeReport report;
   if (too_big) {
@@ -83,7 +82,7 @@ OutcomeReport ParseOutcomeReport(std::string_view text, bool too_big) {
     report.invalid = std::move(why);
     return report;
   };
-  if (NestingDepth(text) > kMaxOutcomeReportDepth) {
+  if (JsonNestingDepth(text) > kMaxOutcomeReportDepth) {
     return reject("outcome on fd 3 is nested deeper than " + std::to_string(kMaxOutcomeReportDepth) +
                   " levels");
   }
@@ -174,7 +173,7 @@ OutcomeReport ParseOutcomeReport(std::string_view text, bool too_big) {
 bool ParseProgressLine(std::string_view line, ProgressReport* report, std::string* invalid) {
   const std::size_t first = line.find_first_not_of(" \t\r");
   if (first == std::string_view::npos || line[first] != '{') return false;
-  if (NestingDepth(line) > kMaxOutcomeReportDepth) return false;
+  if (JsonNestingDepth(line) > kMaxOutcomeReportDepth) return false;
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(line);

@@ -36,6 +36,11 @@ struct OutcomeReport {
 // nothing) is no report: present = false. Never throws except bad_alloc.
 OutcomeReport ParseOutcomeReport(std::string_view text, bool too_big);
 
+// Deepest nesting of arrays and objects in JSON text, strings skipped: a
+// text deeper than kMaxOutcomeReportDepth is refused before it is parsed
+// (a parsed document is destroyed and dumped recursively).
+std::size_t JsonNestingDepth(std::string_view text);
+
 // One line of fd 3 (without its newline): false when it is not a progress
 // line (not by itself a JSON object, an empty one, or one with a key other
 // than "progress" and "meta": then it belongs to the outcome report). True

@@ -26,6 +26,7 @@
 #include "core/duration.h"
 #include "core/redact.h"
 #include "core/thread_annotations.h"
+#include "handlers/outcome_report.h"
 #include "plugin/loaded_plugin.h"
 #include "runtime/service_loop.h"
 #include "runtime/log_line.h"
@@ -50,7 +51,11 @@ class RunState {
   int ReportProgress(double progress, const char* meta_json, std::size_t meta_len) {
     nlohmann::json meta;
     if (meta_json != nullptr) {
-      meta = nlohmann::json::parse(std::string_view(meta_json, meta_len), nullptr, false);
+      const std::string_view text(meta_json, meta_len);
+      if (JsonNestingDepth(text) > kMaxOutcomeReportDepth) {
+        return Refuse("meta is nested deeper than " + std::to_string(kMaxOutcomeReportDepth) + " levels");
+      }
+      meta = nlohmann::json::parse(text, nullptr, false);
       if (meta.is_discarded()) return Refuse("meta is not valid JSON");
     }
     ProgressReport report;

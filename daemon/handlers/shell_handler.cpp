@@ -559,13 +559,15 @@ void ShellRun::ReadFrom(UniqueFd& fd, Watch which) {
   if (which != kWatchOutcome) {
     output_.Add(static_cast<OutputLog::Stream>(which), data);
   } else if (!report_too_big_) {
-    if (report_text_.size() + data.size() > kMaxOutcomeReportBytes) {
+    // Progress lines come out before the size is checked: they never count
+    // towards the report's 1 MiB (a chunk past it is at most kReadChunk).
+    report_text_.append(data);
+    if (data.find('\n') != std::string_view::npos) TakeProgressLines();
+    if (report_text_.size() > kMaxOutcomeReportBytes) {
       report_too_big_ = true;
       report_text_.clear();
       report_text_.shrink_to_fit();
-    } else {
-      report_text_.append(data);
-      if (data.find('\n') != std::string_view::npos) TakeProgressLines();
+      progress_scan_ = 0;
     }
   }
 }

@@ -48,6 +48,10 @@ std::optional<std::string> ParseTraceparent(std::string_view text) {
   return std::string(trace);
 }
 
+std::string W3cTraceparent(std::string_view valid) {
+  return "00" + std::string(valid.substr(2, 53));
+}
+
 void RegisterJobTrace(std::int64_t job_id, const std::string& trace_id) {
   Registry& r = TheRegistry();
   MutexLock lock(r.mu);

@@ -23,6 +23,11 @@ namespace akadzed {
 // all-zero trace or parent id.
 std::optional<std::string> ParseTraceparent(std::string_view text);
 
+// What is passed on of a traceparent ParseTraceparent accepts: its first
+// four fields as version 00 (55 bytes), as W3C says a later version is
+// read; whatever follows (unbounded in a later version) is dropped.
+std::string W3cTraceparent(std::string_view valid);
+
 // Registers `trace_id` for `job_id` while the job is in this daemon's hands
 // (from its start until the finisher is done with it). Counted: a job
 // registered twice (rescued and claimed here again) needs two unregisters.

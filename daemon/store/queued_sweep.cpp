@@ -58,9 +58,10 @@ std::vector<SweptJob> ToSwept(const pg::Result& rows) {
 
 std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
                                       const TransitionListener* hooks,
-                                      std::vector<std::int64_t>* skipped) {
+                                      const std::vector<std::int64_t>& exclude, SweepSkips* skips) {
   const bool hooked = hooks && hooks->AnyFrom(JobState::kQueued);
-  std::vector<std::int64_t> refused;
+  std::vector<std::int64_t> refused;        // by a hook, in this call
+  std::vector<std::int64_t> left = exclude;  // $2: exclude and refused
   // One batch (or one job: `only`), with its hooks in its transaction; a
   // job a hook refuses is left out and the batch tried again without it.
   auto sweep = [&](const std::optional<std::int64_t>& only) {
@@ -68,7 +69,7 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
       std::optional<pg::Transaction> tx;
       if (hooked) tx.emplace(conn);
       pg::Params params;
-      params.add(batch).add_array(refused);
+      params.add(batch).add_array(left);
       if (only) {
         params.add_array(std::vector<std::int64_t>{*only});
       } else {
@@ -85,6 +86,7 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
       } catch (const HookError& e) {
         tx->rollback();
         refused.push_back(e.job_id());
+        left.push_back(e.job_id());
       }
     }
   };
@@ -103,7 +105,7 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
         " (SELECT id FROM akadze.jobs WHERE state = 'queued' AND expires_at IS NOT NULL"
         "   AND expires_at <= now() AND id <> ALL($2::int8[]) ORDER BY expires_at, id LIMIT $1::int)"
         " ORDER BY id",
-        pg::Params().add(batch).add_array(refused));
+        pg::Params().add(batch).add_array(left));
     for (int i = 0; i < candidates.rows(); ++i) {
       const std::int64_t id = candidates.int64(i, 0);
       try {
@@ -112,11 +114,11 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
         throw;
       } catch (const pg::SqlError& alone) {
         if (!pg::IsRowFaultSqlState(alone.sqlstate())) throw;
-        if (skipped) skipped->push_back(id);
+        if (skips) skips->unwritable.push_back(id);
       }
     }
   }
-  if (skipped) skipped->insert(skipped->end(), refused.begin(), refused.end());
+  if (skips) skips->refused.insert(skips->refused.end(), refused.begin(), refused.end());
   return swept;
 }
 

@@ -37,22 +37,31 @@ struct SweptJob {
 // "cancel_requested" or "expired", for logs and the metric's label.
 const char* SweepReasonName(SweepReason reason);
 
+// Jobs a sweep left queued: those a hook refused (worth another try next
+// round) and those no statement could change (an application's trigger or
+// constraint: a caller passes them as `exclude` from then on).
+struct SweepSkips {
+  std::vector<std::int64_t> refused;
+  std::vector<std::int64_t> unwritable;
+};
+
 // Ends at most `batch` cancel-requested and at most `batch` expired queued
-// jobs (oldest first), in one statement; returns them in id order. Rows
-// another transaction holds (a claim, another daemon's sweep) are left for
-// the next call. With `hooks`, the batch and its queued -> cancelled hooks
-// share a transaction; a job a hook refuses stays queued (its id appended to
-// `skipped`: logged by the caller, tried again next call) and the others are
-// ended without it.
+// jobs (oldest first), in one statement; returns them in id order. Jobs in
+// `exclude` are left alone, and so are rows another transaction holds (a
+// claim, another daemon's sweep: left for the next call). With `hooks`, the
+// batch and its queued -> cancelled hooks share a transaction; a job a hook
+// refuses stays queued (in skips->refused) and the others are ended
+// without it.
 //
 // One row never fails the batch for the others (docs/reliability.md, "Rows
 // that cannot be processed"): if the statement fails with a row's SQL
 // error, each job is swept alone, and one that still fails stays queued
-// (it is not ready: it is never claimed), its id appended to `skipped`.
-// Throws pg::ConnectionError and pg::TransientError, and pg::SqlError for
-// the server's state (a timeout, a read-only server).
+// (it is not ready: it is never claimed), in skips->unwritable. Throws
+// pg::ConnectionError and pg::TransientError, and pg::SqlError for the
+// server's state (a timeout, a read-only server).
 std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
                                       const TransitionListener* hooks = nullptr,
-                                      std::vector<std::int64_t>* skipped = nullptr);
+                                      const std::vector<std::int64_t>& exclude = {},
+                                      SweepSkips* skips = nullptr);
 
 }  // namespace akadzed

@@ -64,10 +64,15 @@ std::vector<std::int64_t> WriteJobProgress(pg::Connection& conn, const std::stri
                                            const std::vector<ProgressWrite>& writes,
                                            std::vector<std::int64_t>* dropped) {
   constexpr const char* kSql =
+      // Rows another transaction holds (its finish, a cancel) are skipped,
+      // never waited for: the round must not stall on them.
       "UPDATE akadze.jobs AS j SET meta = j.meta || p.patch::jsonb"
-      " FROM unnest($2::int8[], $3::int8[], $4::text[]) AS p(id, run_count, patch)"
-      " WHERE j.id = p.id AND j.run_count = p.run_count AND j.state = 'running'"
-      "   AND j.worker_id = $1::uuid AND jsonb_typeof(j.meta) = 'object'"
+      " FROM (SELECT x.id, p.patch FROM akadze.jobs AS x"
+      "   JOIN unnest($2::int8[], $3::int8[], $4::text[]) AS p(id, run_count, patch)"
+      "     ON x.id = p.id AND x.run_count = p.run_count"
+      "   WHERE x.state = 'running' AND x.worker_id = $1::uuid AND jsonb_typeof(x.meta) = 'object'"
+      "   FOR NO KEY UPDATE OF x SKIP LOCKED) AS p"
+      " WHERE j.id = p.id"
       " RETURNING j.id";
   auto write = [&](std::size_t from, std::size_t to) {
     std::vector<std::int64_t> ids, run_counts;

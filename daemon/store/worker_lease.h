@@ -66,7 +66,8 @@ struct ProgressWrite {
 
 // Merges each patch into its job's meta (key by key), only while the job
 // still runs under `worker_id` with that run_count: a run that ended or was
-// taken since is left alone (its finish carries the patch). One statement;
+// taken since is left alone (its finish carries the patch), and so is a row
+// another transaction holds (SKIP LOCKED: never a wait). One statement;
 // returns the ids written. A meta that is not a JSON object (an
 // application's) is left as it is. If the statement fails with a row's SQL
 // error, each patch is written alone, and one that still fails is dropped,

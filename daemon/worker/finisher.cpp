@@ -172,6 +172,17 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
         // The server's state (a timeout, a cancel, a read-only server), not
         // this row: the pass ends and the batch is tried again later.
         if (!pg::IsRowFaultSqlState(e.sqlstate())) throw;
+        // The run's last progress report first: the database may refuse
+        // that (an application's constraint on meta) and not the outcome.
+        if (requests[k].outcome.meta_patch) {
+          const JobTraceScope trace(requests[k].job_id, trace_ids[k]);
+          spdlog::error("progress_dropped job={} | its meta could not be written ({}); this report is "
+                        "dropped, the outcome is recorded without it",
+                        requests[k].job_id, OneLine(e.what()));
+          requests[k].outcome.meta_patch.reset();
+          --rung;  // not a rung of the outcome's
+          continue;
+        }
         const std::string why = std::string("the database refused the outcome: ") + e.what();
         if (rung == 0) {
           requests[k].outcome = RetryOutcome("BadResult", why);

@@ -354,13 +354,17 @@ void LeaseKeeper::Sweep() {
   // Batches until one comes back short: a backlog (a mass cancel, a queue
   // of expired jobs) ends within a few rounds, each batch one short
   // statement on rows nothing else wants.
+  // At most 20 batches and half a heartbeat interval per round, so a
+  // backlog never holds up the next heartbeat.
   constexpr int kBatch = 500;
   constexpr int kMaxBatchesPerRound = 20;
-  std::vector<std::int64_t> skipped;
-  for (int i = 0; i < kMaxBatchesPerRound; ++i) {
+  const auto until = loop_.clock().Now() + std::chrono::microseconds(timings_.heartbeat_interval_us / 2);
+  const std::vector<std::int64_t> exclude(sweep_unwritable_.begin(), sweep_unwritable_.end());
+  SweepSkips skips;
+  for (int i = 0; i < kMaxBatchesPerRound && (i == 0 || loop_.clock().Now() < until); ++i) {
     std::vector<SweptJob> swept;
     try {
-      swept = session_.Run([&](pg::Connection& c) { return SweepQueuedJobs(c, kBatch, hooks_, &skipped); });
+      swept = session_.Run([&](pg::Connection& c) { return SweepQueuedJobs(c, kBatch, hooks_, exclude, &skips); });
     } catch (const pg::ConnectionError&) {
       throw;
     } catch (const pg::PgError& e) {
@@ -382,10 +386,17 @@ void LeaseKeeper::Sweep() {
     }
     if (counts[0] < kBatch && counts[1] < kBatch) break;
   }
-  for (std::int64_t id : skipped) {
+  for (std::int64_t id : skips.refused) {
     if (sweep_skipped_logged_.insert(id).second) {
-      spdlog::error("sweep_skipped job={} | a hook refused its cancel, or the cancel could not be "
-                    "written; left queued (never claimed) and tried again each round",
+      spdlog::error("sweep_skipped job={} | a hook refused its cancel; left queued (never claimed) and "
+                    "tried again each round",
+                    id);
+    }
+  }
+  for (std::int64_t id : skips.unwritable) {
+    if (sweep_unwritable_.insert(id).second) {
+      spdlog::error("sweep_skipped job={} | its cancel could not be written (an application's trigger or "
+                    "constraint); left queued (never claimed), not tried again by this daemon",
                     id);
     }
   }
@@ -398,8 +409,9 @@ void LeaseKeeper::WriteProgress(const std::string& worker_id) {
   writes.reserve(pending.size());
   for (const RunningJobs::PendingProgress& p : pending) writes.push_back({p.job_id, p.run_count, p.patch_json});
   std::vector<std::int64_t> dropped;
+  std::vector<std::int64_t> written;
   try {
-    session_.Run([&](pg::Connection& c) { return WriteJobProgress(c, worker_id, writes, &dropped); });
+    written = session_.Run([&](pg::Connection& c) { return WriteJobProgress(c, worker_id, writes, &dropped); });
   } catch (const pg::ConnectionError&) {
     throw;
   } catch (const pg::PgError& e) {
@@ -407,9 +419,12 @@ void LeaseKeeper::WriteProgress(const std::string& worker_id) {
     spdlog::warn("progress_failed | {}", OneLine(e.what()));
     return;
   }
-  // Written, or not ours to write (the run ended or was taken since): done.
+  // Written or dropped: done. The rest (a row locked meanwhile, a run that
+  // ended: its finish carries it) stays pending for the next round.
+  std::set<std::int64_t> done(written.begin(), written.end());
+  done.insert(dropped.begin(), dropped.end());
   for (const RunningJobs::PendingProgress& p : pending) {
-    running_.MarkProgressWritten(p.job_id, p.run_count, p.version);
+    if (done.count(p.job_id) != 0) running_.MarkProgressWritten(p.job_id, p.run_count, p.version);
   }
   for (std::int64_t id : dropped) {
     spdlog::error("progress_dropped job={} | its meta could not be written (an application's trigger or "

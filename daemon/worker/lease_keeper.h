@@ -149,6 +149,8 @@ class LeaseKeeper {
   std::set<std::pair<std::int64_t, std::int32_t>> orphan_candidates_;
   std::set<std::int64_t> skipped_logged_;  // rescue_skipped jobs named once; the loop thread only
   std::set<std::int64_t> sweep_skipped_logged_;  // sweep_skipped jobs named once; the loop thread only
+  // Jobs the sweep could not change: left alone from then on; the loop thread only.
+  std::set<std::int64_t> sweep_unwritable_;
   bool round_failed_ = false;                  // the last round failed; the loop thread only
   std::chrono::steady_clock::time_point rescue_after_{};  // no rescue before; the loop thread only
   std::atomic<bool> held_{true};

@@ -71,4 +71,29 @@ TEST_CASE("a shell job's progress reaches its meta while it runs, throttled, and
   CHECK(daemon->Wait() == 0);
 }
 
+TEST_CASE("progress the database refuses is dropped; the run's outcome is still recorded",
+          "[daemon][progress]") {
+  HandlerTestFixture f;
+  const std::string script = f.dir.Write(
+      "report.sh",
+      "#!/bin/sh\n"
+      "echo '{\"meta\": {\"forbidden\": 1}}' >&3\n"
+      "echo '{\"result\": {\"ok\": true}}' >&3\n",
+      true);
+  // An application's trigger refuses any meta with that key.
+  f.conn.exec("CREATE FUNCTION public.no_forbidden() RETURNS trigger LANGUAGE plpgsql AS $$"
+              " BEGIN IF NEW.meta ? 'forbidden' THEN RAISE EXCEPTION 'forbidden meta'; END IF;"
+              " RETURN NEW; END $$;"
+              "CREATE TRIGGER no_forbidden BEFORE UPDATE ON akadze.jobs FOR EACH ROW"
+              " EXECUTE FUNCTION public.no_forbidden()");
+  auto daemon = f.Start(f.Config(ShellHandlerYaml("report", script)));
+  const std::int64_t id = f.Enqueue("report");
+  REQUIRE(f.WaitState(id, "succeeded"));
+  CHECK(f.Row(id)["result"] == json{{"ok", true}});
+  CHECK(f.Row(id)["meta"] == json::object());
+  CHECK(daemon->WaitForLog("event=progress_dropped job=" + std::to_string(id)));
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait() == 0);
+}
+
 }  // namespace akadzed::test

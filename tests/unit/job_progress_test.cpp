@@ -66,6 +66,10 @@ TEST_CASE("progress lines: objects of progress and meta only; everything else is
   CHECK(Line(R"({"progress": null})") == "refused: a progress report needs progress or meta");
   CHECK(Line(R"({"meta": [1]})") == "refused: meta must be a JSON object");
   CHECK(Line(R"({"meta": "x"})") == "refused: meta must be a JSON object");
+  CHECK(Line(R"({"meta": {"k": "a\u0000b"}})") ==
+        "refused: meta must not hold the character U+0000 (jsonb cannot store it)");
+  CHECK(Line(R"({"meta": {"deep": [{"k\u0000": 1}]}})") ==
+        "refused: meta must not hold the character U+0000 (jsonb cannot store it)");
 }
 
 TEST_CASE("JobProgress merges reports key by key; a round's write and the finish lose nothing",
@@ -136,6 +140,21 @@ TEST_CASE("a shell handler's progress lines reach the sink; the outcome report a
   CHECK(log.text().find("warning progress_refused job=5 task=import | fd 3: progress must be a number "
                         "from 0 to 1; the run goes on\n") != std::string::npos);
 
+  SECTION("progress lines do not count towards the report's 1 MiB") {
+    ShellHandlerConfig big;
+    // A report of 1,000,020 bytes, then 3,000 progress lines (90 KB).
+    big.command = {"/bin/sh", "-c",
+                   "{ printf '{\"result\": \"'; head -c 1000000 /dev/zero | tr '\\0' x; echo '\"}';"
+                   "  i=0; while [ $i -lt 3000 ]; do echo '{\"progress\": 0.5}'; i=$((i + 1)); done; } >&3"};
+    ShellHandler handler_big("import", big);
+    JobProgress p;
+    JobOutcome o = handler_big.Run(Job(), stop, &p);
+    INFO(o.error << ": " << o.message);
+    CHECK(o.kind == OutcomeKind::kSuccess);
+    REQUIRE(o.result_json);
+    CHECK(o.result_json->size() == 1000002);
+    CHECK(json::parse(*p.TakeForFinish()) == json{{"progress", 0.5}});
+  }
   SECTION("only progress lines: no outcome report, the exit status decides") {
     ShellHandlerConfig only;
     only.command = {"/bin/sh", "-c", "echo '{\"progress\": 1}' >&3; exit 3"};

@@ -392,9 +392,11 @@ TEST_CASE("lines about a job with a trace id carry trace_id after job=, in every
 TEST_CASE("W3C traceparent: the trace id of a valid one, nothing else", "[logging][trace]") {
   CHECK(ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01") ==
         "4bf92f3577b34da6a3ce929d0e0e4736");
-  // A later version may append fields.
+  // A later version may append fields; what is passed on is version 00's.
   CHECK(ParseTraceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-extra") ==
         "4bf92f3577b34da6a3ce929d0e0e4736");
+  CHECK(W3cTraceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-" + std::string(200000, 'x')) ==
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
   for (const char* bad : {
            "", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",   // upper case
