@@ -37,8 +37,9 @@ const std::string& SweepSql() {
       "   errors = CASE WHEN j.cancel_requested_at IS NULL THEN {} ELSE j.errors END"
       "  FROM (SELECT id FROM cancel UNION SELECT id FROM expired) AS d"
       "  WHERE j.id = d.id AND j.state = 'queued'"
-      "  RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested)"
-      " SELECT id, cancel_requested FROM swept ORDER BY id",
+      "  RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested,"
+      "   j.meta ->> 'traceparent' AS traceparent)"
+      " SELECT id, cancel_requested, traceparent FROM swept ORDER BY id",
       AppendErrorSql("j.errors", "'Expired'",
                      "'expires_at ' || " + IsoTimestampSql("j.expires_at") +
                          " || ' passed before the job ran'"));
@@ -49,7 +50,8 @@ std::vector<SweptJob> ToSwept(const pg::Result& rows) {
   std::vector<SweptJob> out;
   for (int i = 0; i < rows.rows(); ++i) {
     out.push_back({rows.int64(i, 0),
-                   rows.boolean(i, 1) ? SweepReason::kCancelRequested : SweepReason::kExpired});
+                   rows.boolean(i, 1) ? SweepReason::kCancelRequested : SweepReason::kExpired,
+                   rows.optional_text(i, 2)});
   }
   return out;
 }

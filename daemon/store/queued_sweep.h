@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "pg/connection.h"
@@ -32,6 +34,7 @@ enum class SweepReason { kCancelRequested, kExpired };
 struct SweptJob {
   std::int64_t id = 0;
   SweepReason reason = SweepReason::kCancelRequested;
+  std::optional<std::string> traceparent;  // the job's meta.traceparent as stored (unchecked)
 };
 
 // "cancel_requested" or "expired", for logs and the metric's label.

@@ -128,7 +128,8 @@ constexpr const char* kLostSql =
 std::vector<RescuedJob> ToRescued(const pg::Result& rows, const char* error) {
   std::vector<RescuedJob> out;
   for (int i = 0; i < rows.rows(); ++i) {
-    out.push_back({rows.int64(i, 0), std::string(rows.text(i, 1)), JobStateFromText(rows.text(i, 2)), error});
+    out.push_back({rows.int64(i, 0), std::string(rows.text(i, 1)), JobStateFromText(rows.text(i, 2)), error,
+                   rows.optional_text(i, 3)});
   }
   return out;
 }
@@ -158,8 +159,9 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       "   finished_at = CASE WHEN {0} = 'queued' THEN NULL ELSE now() END,"
       "   worker_id = CASE WHEN {0} = 'queued' THEN NULL ELSE j.worker_id END"
       "  FROM lost WHERE j.id = lost.id AND j.state = 'running'"
-      "  RETURNING j.id, COALESCE(lost.worker_id::text, '') AS lost_worker, j.state)"
-      " SELECT id, lost_worker, state FROM rescued ORDER BY id",
+      "  RETURNING j.id, COALESCE(lost.worker_id::text, '') AS lost_worker, j.state,"
+      "   j.meta ->> 'traceparent' AS traceparent)"
+      " SELECT id, lost_worker, state, traceparent FROM rescued ORDER BY id",
       // A rescue is a failed run without a backoff.
       NextStateSql("'retry'"), AppendErrorSql("j.errors", "'WorkerLost'",
                      "'worker ' || COALESCE(lost.worker_id::text, '(none)')"
@@ -230,7 +232,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
                                  "'the rescue could not record this job (SQLSTATE ' || $4 || ')'") +
                   " FROM (" + kLostSql + " FOR UPDATE OF j SKIP LOCKED) lost"
                   " WHERE j.id = lost.id AND j.state = 'running'"
-                  " RETURNING j.id, COALESCE(lost.worker_id::text, ''), j.state",
+                  " RETURNING j.id, COALESCE(lost.worker_id::text, ''), j.state, j.meta ->> 'traceparent'",
               pg::Params().add(ttl_us).add_array(refused).add_array(std::vector<std::int64_t>{id})
                   .add(alone.sqlstate().empty() ? std::string("none") : alone.sqlstate()));
           for (RescuedJob& job : ToRescued(rows, "Unprocessable")) rescued.push_back(std::move(job));

@@ -81,6 +81,7 @@ struct RescuedJob {
   std::string worker_id;  // the lost worker ("" when the job had none)
   JobState state = JobState::kQueued;  // queued, or failed when attempts are spent
   std::string error;      // WorkerLost, or Unprocessable (failed: no rescue could be written)
+  std::optional<std::string> traceparent;  // the job's meta.traceparent as stored (unchecked)
 };
 
 // Rescues running jobs whose worker has not heartbeaten for `ttl_us` (or has

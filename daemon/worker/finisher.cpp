@@ -231,6 +231,10 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
       trace_ids.push_back(batch[i].job.trace_id);
       members.push_back(i);
     }
+    // Lines about these jobs while they are written (a hook's refusal, a row
+    // given up) carry their trace ids.
+    std::deque<JobTraceScope> traces;
+    for (std::size_t m : members) traces.emplace_back(batch[m].job.id, batch[m].job.trace_id);
     std::vector<FinishResult> results;
     std::vector<RowFate> fates(requests.size(), RowFate::kWritten);
     // The batch in one statement; if one row cannot be stored (a result

@@ -9,6 +9,7 @@
 #include "core/redact.h"
 #include "pg/pg_error.h"
 #include "store/job_finish.h"
+#include "runtime/job_traces.h"
 #include "store/queued_sweep.h"
 #include "runtime/log_line.h"
 
@@ -331,6 +332,7 @@ void LeaseKeeper::Round() {
     spdlog::error("rescue_failed | {}", OneLine(e.what()));
   }
   for (const RescuedJob& job : rescued) {
+    const JobTraceScope trace(job.id, job.traceparent ? ParseTraceparent(*job.traceparent) : std::nullopt);
     if (job.error == "Unprocessable") {
       spdlog::error("rescue job={} lost_worker={} state={} error=Unprocessable | its rescue could not be "
                     "written; failed instead",
@@ -374,6 +376,7 @@ void LeaseKeeper::Sweep() {
     std::int64_t counts[2] = {0, 0};
     for (const SweptJob& job : swept) {
       ++counts[job.reason == SweepReason::kExpired ? 1 : 0];
+      const JobTraceScope trace(job.id, job.traceparent ? ParseTraceparent(*job.traceparent) : std::nullopt);
       spdlog::debug("swept job={} reason={} state=cancelled", job.id, SweepReasonName(job.reason));
     }
     if (!swept.empty()) {
