@@ -18,7 +18,9 @@ const char* SweepReasonName(SweepReason reason) {
 
 namespace {
 
-// $1 batch, $2 ids to leave alone, $3 only these ids (NULL: any). Each CTE
+// $1 batch, $2 ids to leave alone, $3 only these ids (NULL: any). The
+// Expired entry is also written by akadze.enqueue when it ends a dead holder
+// of a unique_key (migrations/006_enqueue.sql): change both together. Each CTE
 // reads its partial index in order; a job both cancel-requested and expired
 // is in both and updated once.
 const std::string& SweepSql() {
