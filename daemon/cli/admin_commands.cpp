@@ -11,6 +11,8 @@
 
 #include "store/job_admin.h"
 #include "store/limits_table.h"
+#include "store/status_report.h"
+#include "web/report_json.h"
 #include "cli/commands.h"
 #include "core/duration.h"
 
@@ -43,7 +45,6 @@ struct AdminOptions {
 };
 
 json Opt(const std::optional<std::string>& v) { return v ? json(*v) : json(); }
-json Opt(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(); }
 std::string Dash(const std::optional<std::string>& v) { return v ? *v : "-"; }
 std::string Dash(const std::optional<std::int64_t>& v) { return v ? std::to_string(*v) : "-"; }
 
@@ -51,34 +52,6 @@ std::string Seconds(double s) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(1) << s << 's';
   return out.str();
-}
-
-// A job as JSON, every field but args. `full` adds meta, errors and result.
-json JobJson(const JobRow& j, bool full) {
-  json out = {{"id", j.id},
-              {"task", j.task},
-              {"queue", j.queue},
-              {"priority", j.priority},
-              {"state", std::string(JobStateName(j.state))},
-              {"run_count", j.run_count},
-              {"attempt", j.attempt},
-              {"max_attempts", j.max_attempts},
-              {"snoozes", j.snoozes},
-              {"run_at", j.run_at},
-              {"expires_at", Opt(j.expires_at)},
-              {"unique_key", Opt(j.unique_key)},
-              {"limit_key", Opt(j.limit_key)},
-              {"worker_id", Opt(j.worker_id)},
-              {"cancel_requested_at", Opt(j.cancel_requested_at)},
-              {"created_at", j.created_at},
-              {"started_at", Opt(j.started_at)},
-              {"finished_at", Opt(j.finished_at)}};
-  if (full) {
-    out["meta"] = json::parse(j.meta_json);
-    out["errors"] = json::parse(j.errors_json);
-    out["result"] = j.result_json ? json::parse(*j.result_json) : json();
-  }
-  return out;
 }
 
 void PrintJobText(const JobRow& j) {
@@ -170,7 +143,7 @@ void AddEnqueue(CLI::App& app, Action& action) {
       return Run("enqueue", o->url, [&](pg::Connection& conn) {
         JobRow job = EnqueueJob(conn, req);
         if (o->json) {
-          std::cout << JobJson(job, false).dump() << std::endl;
+          std::cout << DumpJson(JobJson(job, JobDetail::kSummary)) << std::endl;
         } else {
           std::cout << job.id << std::endl;
         }
@@ -199,8 +172,8 @@ void AddJobs(CLI::App& app, Action& action) {
             ListJobs(conn, NonEmpty(o->filter_queue), ParseJobState(o->filter_state), o->limit);
         if (o->json) {
           json out = json::array();
-          for (const JobRow& j : rows) out.push_back(JobJson(j, false));
-          std::cout << out.dump() << std::endl;
+          for (const JobRow& j : rows) out.push_back(JobJson(j, JobDetail::kSummary));
+          std::cout << DumpJson(out) << std::endl;
           return;
         }
         std::cout << "ID\tSTATE\tQUEUE\tTASK\tPRIORITY\tATTEMPT\tRUN_AT\tLIMIT_KEY\n";
@@ -223,7 +196,7 @@ void AddJobs(CLI::App& app, Action& action) {
       return Run("jobs show", o->url, [&](pg::Connection& conn) {
         JobRow job = ShowJob(conn, o->id);
         if (o->json) {
-          std::cout << JobJson(job, true).dump() << std::endl;
+          std::cout << DumpJson(JobJson(job, JobDetail::kWithResult)) << std::endl;
         } else {
           PrintJobText(job);
         }
@@ -265,7 +238,7 @@ void AddJobs(CLI::App& app, Action& action) {
       return Run("jobs requeue", o->url, [&](pg::Connection& conn) {
         JobRow job = RequeueJob(conn, o->id);
         if (o->json) {
-          std::cout << JobJson(job, false).dump() << std::endl;
+          std::cout << DumpJson(JobJson(job, JobDetail::kSummary)) << std::endl;
         } else {
           std::cout << "requeued job " << job.id << " in queue " << job.queue << std::endl;
         }
@@ -288,12 +261,6 @@ void PrintQueues(const std::vector<QueueRow>& rows) {
               << q.succeeded << '\t' << q.failed << '\t' << q.cancelled << '\t'
               << Seconds(q.lag_seconds) << '\t' << (q.paused ? "yes" : "no") << '\n';
   }
-}
-
-json WorkerJson(const WorkerRow& w) {
-  return {{"id", w.id},         {"hostname", w.hostname},     {"pid", w.pid},
-          {"queues", w.queues}, {"started_at", w.started_at}, {"heartbeat_age_seconds", w.heartbeat_age_seconds},
-          {"running", w.running}};
 }
 
 void PrintWorkers(const std::vector<WorkerRow>& rows) {
@@ -322,7 +289,7 @@ void AddQueues(CLI::App& app, Action& action) {
         if (o->json) {
           json out = json::array();
           for (const QueueRow& q : rows) out.push_back(QueueJson(q));
-          std::cout << out.dump() << std::endl;
+          std::cout << DumpJson(out) << std::endl;
           return;
         }
         PrintQueues(rows);
@@ -367,7 +334,7 @@ void AddWorkers(CLI::App& app, Action& action) {
         if (o->json) {
           json out = json::array();
           for (const WorkerRow& w : rows) out.push_back(WorkerJson(w));
-          std::cout << out.dump() << std::endl;
+          std::cout << DumpJson(out) << std::endl;
           return;
         }
         PrintWorkers(rows);
@@ -377,58 +344,57 @@ void AddWorkers(CLI::App& app, Action& action) {
   });
 }
 
-// Held keys `status` lists (most queued jobs first); the rest are counted.
-constexpr std::size_t kStatusHeldKeys = 100;
-
+// One screen: the status page's report (store/status_report.h), as text or
+// as the JSON /api/status serves (web/report_json.h).
 void AddStatus(CLI::App& app, Action& action) {
   auto o = std::make_shared<AdminOptions>();
-  CLI::App* status = app.add_subcommand("status", "One screen: queues, limits in use, workers");
+  CLI::App* status = app.add_subcommand("status", "One screen: queues, limits in use, workers, failures");
   AddDatabaseOption(status, o->url);
   status->add_flag("--json", o->json, "Print one JSON object");
   status->callback([&action, o] {
     action = [o]() -> int {
       return Run("status", o->url, [&](pg::Connection& conn) {
-        std::vector<QueueRow> queues = ListQueues(conn);
-        std::vector<LimitUse> limits = ListLimitUse(conn);
-        std::int64_t held_total = 0;
-        std::vector<HeldLimitKey> held = ListHeldLimitKeys(conn, kStatusHeldKeys, &held_total);
-        std::vector<WorkerRow> workers = ListWorkers(conn);
+        const StatusReport report = ReadStatusReport(conn);
         if (o->json) {
-          json out = {{"queues", json::array()},    {"limits", json::array()},
-                      {"held_keys", json::array()}, {"held_keys_total", held_total},
-                      {"workers", json::array()}};
-          for (const HeldLimitKey& h : held) {
-            out["held_keys"].push_back({{"key", h.key}, {"queued", h.queued}});
-          }
-          for (const QueueRow& q : queues) out["queues"].push_back(QueueJson(q));
-          for (const LimitUse& l : limits) {
-            out["limits"].push_back({{"key", l.key},
-                                     {"row", Opt(l.row)},
-                                     {"running", l.running},
-                                     {"max_running", Opt(l.max_running)},
-                                     {"starts", l.starts},
-                                     {"max_starts", Opt(l.max_starts)}});
-          }
-          for (const WorkerRow& w : workers) out["workers"].push_back(WorkerJson(w));
-          std::cout << out.dump() << std::endl;
+          std::cout << DumpJson(StatusJson(report, false)) << std::endl;
           return;
         }
-        std::cout << "== queues ==\n";
-        PrintQueues(queues);
+        const auto count = [&](std::int64_t n, bool capped) {
+          return std::to_string(n) + (capped ? "+" : "");
+        };
+        std::cout << "== queues ==\nQUEUE\tREADY\tSCHEDULED\tRUNNING\tOLDEST_READY\tLAST_HOUR\tPAUSED\n";
+        for (const QueueStatus& q : report.queues) {
+          std::int64_t succeeded = 0;
+          std::int64_t failed = 0;
+          for (const MinuteCount& m : q.finished_per_minute) {
+            succeeded += m.succeeded;
+            failed += m.failed;
+          }
+          std::cout << q.queue << '\t' << count(q.ready, q.capped) << '\t' << count(q.scheduled, q.capped)
+                    << '\t' << q.running << '\t'
+                    << (q.oldest_ready_age_seconds ? Seconds(*q.oldest_ready_age_seconds) : "-") << '\t'
+                    << succeeded << " ok/" << failed << " failed\t" << (q.paused ? "yes" : "no") << '\n';
+        }
+        if (report.queues_truncated) std::cout << "(more queues not shown)\n";
         std::cout << "\n== limits in use ==\nKEY\tROW\tRUNNING\tMAX_RUNNING\tSTARTS\tMAX_STARTS\n";
-        for (const LimitUse& l : limits) {
+        for (const LimitUse& l : report.limits) {
           std::cout << l.key << '\t' << (l.row ? *l.row : "held") << '\t' << l.running << '\t'
                     << Dash(l.max_running) << '\t' << l.starts << '\t' << Dash(l.max_starts)
                     << '\n';
         }
         std::cout << "\n== keys held: queued jobs, no limits row (own or '*') ==\nKEY\tQUEUED\n";
-        for (const HeldLimitKey& h : held) std::cout << h.key << '\t' << h.queued << '\n';
-        if (held_total > static_cast<std::int64_t>(held.size())) {
-          std::cout << "(" << held_total - static_cast<std::int64_t>(held.size())
+        for (const HeldLimitKey& h : report.held_keys) std::cout << h.key << '\t' << h.queued << '\n';
+        if (report.held_keys_total > static_cast<std::int64_t>(report.held_keys.size())) {
+          std::cout << "(" << report.held_keys_total - static_cast<std::int64_t>(report.held_keys.size())
                     << " more keys held)\n";
         }
         std::cout << "\n== workers ==\n";
-        PrintWorkers(workers);
+        PrintWorkers(report.workers);
+        std::cout << "\n== recent failures ==\nID\tTASK\tQUEUE\tATTEMPTS\tFINISHED_AT\tERROR\n";
+        for (const RecentFailure& f : report.recent_failures) {
+          std::cout << f.id << '\t' << f.task << '\t' << f.queue << '\t' << f.attempt << '/' << f.max_attempts
+                    << '\t' << Dash(f.finished_at) << '\t' << Dash(f.error_kind) << '\n';
+        }
         std::cout << std::flush;
       });
     };

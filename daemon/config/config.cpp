@@ -23,6 +23,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/config_keys.h"
+#include "web/admin_token.h"
 #include "core/duration.h"
 #include "core/redact.h"
 
@@ -210,7 +211,7 @@ class Reader {
   DaemonConfig Read(const Item& root) const {
     if (!root.node.IsMap()) {
       Fail(root, "expected a mapping of database, worker, queues, handlers, periodic, hooks, "
-                 "pruning, logging and metrics, got " + Describe(root.node));
+                 "pruning, logging, metrics and web, got " + Describe(root.node));
     }
     DaemonConfig config;
     config.path = file_;
@@ -257,6 +258,7 @@ class Reader {
     if (const Item* pruning = Find(top, "pruning")) config.pruning = Pruning(*pruning);
     if (const Item* logging = Find(top, "logging")) config.logging = Logging(*logging);
     if (const Item* metrics = Find(top, "metrics")) config.metrics = Metrics(*metrics);
+    if (const Item* web = Find(top, "web")) config.web = Web(*web);
     if (const Item* periodic = Find(top, "periodic")) {
       for (const auto& [name, entry] : Mapping(*periodic)) {
         if (name.empty()) Fail({{}, periodic->where, entry.line}, "entry names must not be empty");
@@ -602,6 +604,24 @@ class Reader {
       m.port = *port;
     }
     return m;
+  }
+
+  WebConfig Web(const Item& item) const {
+    WebConfig w;
+    const Fields fields = Mapping(item, KeysOf("web"));
+    if (const Item* enabled = Find(fields, "enabled")) w.enabled = Bool(*enabled);
+    if (const Item* file = Find(fields, "admin_token_file")) {
+      w.admin_token_file = String(*file, true);
+      if (!fs::path(w.admin_token_file).is_absolute()) {
+        Fail(*file, "must be an absolute path (it is read for each action, whatever the cwd)");
+      }
+      try {
+        ReadAdminToken(w.admin_token_file);
+      } catch (const std::runtime_error& e) {
+        Fail(*file, e.what());
+      }
+    }
+    return w;
   }
 
   PeriodicConfig Periodic(const std::string& name, const Item& item) const {

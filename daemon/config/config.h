@@ -25,6 +25,7 @@
 #include "metrics/metrics_config.h"
 #include "periodic/periodic_config.h"
 #include "runtime/logging_config.h"
+#include "web/web_config.h"
 
 namespace akadzed {
 
@@ -74,6 +75,7 @@ struct DaemonConfig {
   PruningConfig pruning;
   LoggingConfig logging;
   MetricsConfig metrics;
+  WebConfig web;
   std::vector<PeriodicConfig> periodic;          // unique names, file order
   std::vector<HookConfig> hooks;                 // run in file order
 };

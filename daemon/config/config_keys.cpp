@@ -54,6 +54,7 @@ const ConfigKey kKeys[] = {
     {"", "pruning", kPerKey, nullptr},
     {"", "logging", kPerKey, nullptr},
     {"", "metrics", kPerKey, nullptr},
+    {"", "web", kPerKey, nullptr},
 
     {"database", "url", kRestart, [](Config a, Config b) { return a.database.url != b.database.url; }},
     {"database", "stall_timeout", kRestart, [](Config a, Config b) { return a.database.stall_timeout_us != b.database.stall_timeout_us; }},
@@ -112,6 +113,9 @@ const ConfigKey kKeys[] = {
 
     {"metrics", "enabled", kRestart, [](Config a, Config b) { return a.metrics.enabled != b.metrics.enabled; }},
     {"metrics", "listen", kRestart, [](Config a, Config b) { return a.metrics.host != b.metrics.host || a.metrics.port != b.metrics.port; }},
+
+    {"web", "enabled", kRestart, [](Config a, Config b) { return a.web.enabled != b.web.enabled; }},
+    {"web", "admin_token_file", kRestart, [](Config a, Config b) { return a.web.admin_token_file != b.web.admin_token_file; }},
 };
 // clang-format on
 

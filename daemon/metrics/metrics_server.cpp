@@ -88,6 +88,8 @@ MetricsServer::MetricsServer() : server_(std::make_unique<BoundHttpServer>()) {
   server_->set_keep_alive_timeout(2);
   server_->set_read_timeout(5, 0);
   server_->set_write_timeout(5, 0);
+  // The status page's actions carry `{}`; nothing here reads a large body.
+  server_->set_payload_max_length(64 * 1024);
 }
 
 MetricsServer::~MetricsServer() { Stop(); }
@@ -120,8 +122,24 @@ void MetricsServer::Serve(Endpoints endpoints) {
   server_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
     Answer(res, endpoints_.unready());
   });
+  if (endpoints_.pages) {
+    const auto page = [this](const httplib::Request& req, httplib::Response& res) {
+      HttpRequest request{req.method, req.path, {}, req.body, req.remote_addr};
+      for (const auto& [name, value] : req.headers) request.headers.emplace_back(name, value);
+      HttpReply reply = endpoints_.pages(request);
+      res.status = reply.status;
+      for (auto& [name, value] : reply.headers) res.set_header(name, value);
+      res.set_content(std::move(reply.body), reply.content_type);
+    };
+    server_->Get("/", page);
+    server_->Get(R"(/assets/.*)", page);
+    server_->Get(R"(/api/.*)", page);
+    server_->Post(R"(/api/.*)", page);
+  }
   server_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.status == 404) res.set_content("not found: try /metrics, /healthz or /readyz\n", kTextPlain);
+    if (res.status == 404 && res.body.empty()) {
+      res.set_content("not found: try /, /metrics, /healthz or /readyz\n", kTextPlain);
+    }
   });
   server_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {

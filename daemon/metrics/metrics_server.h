@@ -5,6 +5,9 @@
 //                 one line naming the stalled loop
 //   GET /readyz   200 "ok" while the database answers with the schema this
 //                 binary needs, else 503 and one line saying why
+//   GET /, /assets/*, GET and POST /api/*
+//                 the status page (web/status_page.h), when Endpoints::pages
+//                 is set (web.enabled)
 // Bind() opens the socket first, so that a taken port fails the start with
 // one clear line; Serve() answers on its own threads until Stop(). The
 // socket is bound without SO_REUSEPORT: a second daemon on the same port
@@ -22,6 +25,8 @@
 #include <string>
 #include <thread>
 
+#include "core/http_exchange.h"
+
 namespace akadzed {
 
 class BoundHttpServer;  // httplib::Server, kept out of this header
@@ -32,6 +37,7 @@ class MetricsServer {
     std::function<std::string()> metrics;                    // the exposition text
     std::function<std::optional<std::string>()> unhealthy;   // nullopt: alive
     std::function<std::optional<std::string>()> unready;     // nullopt: ready
+    std::function<HttpReply(const HttpRequest&)> pages;      // null: no status page
   };
 
   MetricsServer();

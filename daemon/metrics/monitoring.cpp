@@ -42,6 +42,7 @@ void Monitoring::Start(Probes probes) {
       .metrics = [this] { return registry_.Render(); },
       .unhealthy = [this] { return probes_.stalled_loop ? probes_.stalled_loop() : std::nullopt; },
       .unready = [this] { return db_gauges_->NotReady(); },
+      .pages = probes_.pages,
   });
 }
 

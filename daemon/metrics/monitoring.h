@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/http_exchange.h"
 #include "metrics/metrics_config.h"
 #include "metrics/database_error_counter.h"
 #include "metrics/db_gauges.h"
@@ -43,6 +44,8 @@ class Monitoring {
     std::function<bool()> lease_held;
     // nullopt while the daemon's loops are alive, else the stalled loop.
     std::function<std::optional<std::string>()> stalled_loop;
+    // The status page on the same listener (web/status_page.h); null: none.
+    std::function<HttpReply(const HttpRequest&)> pages;
   };
 
   Monitoring(const MetricsConfig& config, const std::string& conninfo,

@@ -16,6 +16,7 @@
 #include "core/duration.h"
 #include "core/redact.h"
 #include "metrics/monitoring.h"
+#include "web/status_page.h"
 #include "pg/pg_error.h"
 #include "schema/migrations.h"
 #include "worker/finisher.h"
@@ -123,7 +124,8 @@ struct Daemon::Services {
         // the lease ends early enough for every handler to be dead before a
         // rescue.
         stall(std::chrono::milliseconds(config.database.stall_timeout_us / 1000)),
-        finisher(conninfo, stall, monitoring.worker_metrics(), hooks, FinishPlanFor(TotalSlots(config))),
+        finisher(conninfo, stall, monitoring.worker_metrics(), hooks, FinishPlanFor(TotalSlots(config)),
+                 &finish_tally),
         lease(conninfo, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config)), stall,
               running, hooks, &monitoring.worker_metrics()) {}
 
@@ -178,6 +180,10 @@ struct Daemon::Services {
   const WorkerConfig& timings;
   WorkerIdentity identity;
   RunningJobs running;
+  FinishTally finish_tally;  // the finisher adds, the lease keeper writes
+  // The status page (web.enabled, on the metrics listener): made before the
+  // listener serves it, destroyed after the listener stopped.
+  std::unique_ptr<StatusPage> page;
   Monitoring monitoring;
   std::chrono::milliseconds stall;
   Finisher finisher;
@@ -223,6 +229,7 @@ std::unique_ptr<Daemon::Services> Daemon::Start() {
   try {
     CheckSchema(conninfo_);
     s->monitoring.Bind();
+    s->lease.SetFinishTally(&s->finish_tally);
     s->lease.Start();
   } catch (const std::exception& e) {
     spdlog::critical("start_failed | {}", OneLine(RedactSecrets(e.what(), conninfo_)));
@@ -256,6 +263,9 @@ std::unique_ptr<Daemon::Services> Daemon::Start() {
     s->pruner->Start();
   }
   const auto health_grace = notifier_.watchdog_interval().value_or(std::chrono::seconds(60));
+  if (config_.metrics.enabled && config_.web.enabled) {
+    s->page = std::make_unique<StatusPage>(conninfo_, config_.web, s->stall);
+  }
   s->monitoring.Start({
       .slots =
           [&services] {
@@ -269,6 +279,9 @@ std::unique_ptr<Daemon::Services> Daemon::Start() {
             if (services.draining.load()) return std::nullopt;
             return StalledLoop(services.Loops(), Clock::now(), health_grace);
           },
+      .pages = s->page ? std::function<HttpReply(const HttpRequest&)>(
+                             [page = s->page.get()](const HttpRequest& r) { return page->Handle(r); })
+                       : nullptr,
   });
   spdlog::info("started worker={} queues={} handlers={} pid={}", s->identity.id, LogValue(queues),
                config_.handlers.size(), s->identity.pid);

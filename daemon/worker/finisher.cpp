@@ -45,12 +45,13 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
 }  // namespace
 
 Finisher::Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
-                   const TransitionHooks* hooks, FinishPlan plan)
+                   const TransitionHooks* hooks, FinishPlan plan, FinishTally* tally)
     : session_(std::move(conninfo), "akadzed finisher", stall_timeout),
       guard_(SteadyServiceClock(), RetryBackoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500))),
       metrics_(metrics),
       hooks_(hooks),
-      plan_(plan) {}
+      plan_(plan),
+      tally_(tally) {}
 
 Finisher::~Finisher() {
   if (loop_.started()) Stop(std::chrono::steady_clock::now());
@@ -282,6 +283,7 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
         continue;
       }
       LogFinish(batch[members[k]], results[k]);
+      if (tally_ && results[k].applied) tally_->Add(batch[members[k]].job.queue, results[k].state);
       metrics_.JobEnded(batch[members[k]].job.task,
                         results[k].applied ? OutcomeKindName(batch[members[k]].outcome.kind) : "stale",
                         batch[members[k]].duration_ms / 1000);

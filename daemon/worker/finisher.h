@@ -25,6 +25,7 @@
 #include "core/thread_annotations.h"
 #include "runtime/service_loop.h"
 #include "store/job_finish.h"
+#include "worker/finish_tally.h"
 
 namespace akadzed {
 
@@ -58,7 +59,8 @@ class Finisher {
   // `plan`: how its statements are planned (FinishPlanFor the daemon's
   // slots, store/job_finish.h).
   Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
-           const TransitionHooks* hooks = nullptr, FinishPlan plan = FinishPlan::kPerBatch);
+           const TransitionHooks* hooks = nullptr, FinishPlan plan = FinishPlan::kPerBatch,
+           FinishTally* tally = nullptr);
   ~Finisher();
 
   void Start();
@@ -109,6 +111,7 @@ class Finisher {
   WorkerMetrics& metrics_;
   const TransitionHooks* hooks_;  // may be null
   const FinishPlan plan_;
+  FinishTally* const tally_;  // may be null: counts each applied finish by queue
   // The thread, its stop, and the mutex (loop_.mu()) guarding:
   ServiceLoop loop_;
   std::deque<FinishItem> pending_ GUARDED_BY(loop_.mu());

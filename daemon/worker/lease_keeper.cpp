@@ -11,6 +11,7 @@
 #include "store/job_finish.h"
 #include "runtime/job_traces.h"
 #include "store/queued_sweep.h"
+#include "store/status_report.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {
@@ -304,6 +305,7 @@ void LeaseKeeper::Round() {
   }
 
   WriteProgress(identity.id);
+  WriteFinishCounts(identity.id);
   Sweep();
 
   // After an outage every worker's heartbeat looks old: the first daemon
@@ -433,6 +435,23 @@ void LeaseKeeper::WriteProgress(const std::string& worker_id) {
     spdlog::error("progress_dropped job={} | its meta could not be written (an application's trigger or "
                   "constraint); this report is dropped, the run goes on",
                   id);
+  }
+}
+
+void LeaseKeeper::WriteFinishCounts(const std::string& worker_id) {
+  if (!tally_) return;
+  std::vector<QueueFinishCount> counts = tally_->Take();
+  if (counts.empty()) return;
+  try {
+    session_.Run([&](pg::Connection& c) { AddQueueMinutes(c, worker_id, counts); });
+  } catch (const pg::ConnectionError&) {
+    // Kept for a later round (and minute); the round's failure is logged
+    // by RunRound.
+    tally_->PutBack(counts);
+    throw;
+  } catch (const pg::PgError& e) {
+    tally_->PutBack(counts);
+    spdlog::warn("finish_counts_failed | {}", OneLine(e.what()));
   }
 }
 

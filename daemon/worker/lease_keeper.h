@@ -53,6 +53,7 @@
 #include "metrics/worker_metrics.h"
 #include "runtime/db_session.h"
 #include "runtime/service_loop.h"
+#include "worker/finish_tally.h"
 #include "worker/running_jobs.h"
 #include "core/thread_annotations.h"
 #include "store/worker_lease.h"
@@ -106,6 +107,9 @@ class LeaseKeeper {
   // heartbeat_ttl ago. Set once, after the runners exist; until then nothing
   // is released.
   void SetHeldJobs(std::function<HeldJobs()> held_jobs);
+  // The finisher's counts (worker/finish_tally.h), written to
+  // akadze.queue_minutes once per round. Set before Start; null: none.
+  void SetFinishTally(FinishTally* tally) { tally_ = tally; }
 
   std::string worker_id() const;
   // held() under the worker id `id` (a claim's): what an executor asks before
@@ -128,6 +132,8 @@ class LeaseKeeper {
   // logged (progress_failed) and left for the next round; a connection error
   // fails the round.
   void WriteProgress(const std::string& worker_id);
+  // Writes the finish tally's counts; on failure puts them back.
+  void WriteFinishCounts(const std::string& worker_id);
   WorkerIdentity worker_identity() const;
   std::optional<HeldJobs> ReadHeldJobs();
   // Releases `owned` jobs the daemon does not hold (SetHeldJobs); `before`:
@@ -145,6 +151,7 @@ class LeaseKeeper {
   // runner's mutex, never the other way round.
   Mutex held_jobs_mu_;
   std::function<HeldJobs()> held_jobs_ GUARDED_BY(held_jobs_mu_);
+  FinishTally* tally_ = nullptr;  // set before Start
   // Orphans the last round saw (id, run_count); the loop thread only.
   std::set<std::pair<std::int64_t, std::int32_t>> orphan_candidates_;
   std::set<std::int64_t> skipped_logged_;  // rescue_skipped jobs named once; the loop thread only

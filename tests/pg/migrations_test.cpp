@@ -31,7 +31,8 @@ using pg::Result;
 
 const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses",
                                                "003_limit_keys", "004_claim_key_index",
-                                               "005_limit_window_bound", "006_enqueue"};
+                                               "005_limit_window_bound", "006_enqueue",
+                                               "007_status_page"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -92,7 +93,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "006_enqueue");
+  CHECK(ExpectedSchemaVersion() == "007_status_page");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -458,6 +459,11 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
   CHECK(def("jobs_finished_at_idx") ==
         "CREATE INDEX jobs_finished_at_idx ON akadze.jobs USING btree (finished_at)"
         " WHERE (state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]))");
+  // akadzed's: failed jobs, newest first, for the status page
+  // (007_status_page), and no other row.
+  CHECK(def("jobs_failed_finished_idx") ==
+        "CREATE INDEX jobs_failed_finished_idx ON akadze.jobs USING btree (finished_at DESC, id DESC)"
+        " WHERE (state = 'failed'::text)");
   CHECK(def("jobs_running_limit_key_idx") ==
         "CREATE INDEX jobs_running_limit_key_idx ON akadze.jobs USING btree (limit_key)"
         " WHERE ((state = 'running'::text) AND (limit_key IS NOT NULL))");
@@ -490,7 +496,8 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
                                                            "applied 003_limit_keys",
                                                            "applied 004_claim_key_index",
                                                            "applied 005_limit_window_bound",
-                                                           "applied 006_enqueue"});
+                                                           "applied 006_enqueue",
+                                                           "applied 007_status_page"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});

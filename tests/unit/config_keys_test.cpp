@@ -2,6 +2,7 @@
 // mapping the parser reads accepts exactly the table's keys of its section,
 // and every restart key is found changed when, and only when, it changed.
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -36,6 +37,7 @@ const std::map<std::string, std::string> kUnknownKeyIn = {
     {"pruning", kBase + "pruning: {zz: 1}\n"},
     {"logging", kBase + "logging: {zz: 1}\n"},
     {"metrics", kBase + "metrics: {zz: 1}\n"},
+    {"web", kBase + "web: {zz: 1}\n"},
 };
 
 // The "known: a, b" list of an unknown-key error, or the whole message.
@@ -88,6 +90,18 @@ DaemonConfig Load(const std::string& text) {
 }
 
 TEST_CASE("a reload finds each changed restart key, and only that one", "[config]") {
+  // web.admin_token_file must name a readable token file, closed to others.
+  const std::string token_file = (std::filesystem::temp_directory_path() /
+                                  ("akadzed-config-keys-token-" + std::to_string(getpid())))
+                                     .string();
+  {
+    std::ofstream(token_file) << "0123456789abcdef0123\n";
+    std::filesystem::permissions(token_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  struct RemoveFile {
+    std::string path;
+    ~RemoveFile() { std::filesystem::remove(path); }
+  } remove_token{token_file};
   const std::string two_queues = "queues:\n  - {name: default, slots: 1}\n  - {name: b, slots: 1}\n" + kHandlers;
   const std::map<std::string, Change> changes = {
       {"queues", {"", two_queues}},
@@ -107,6 +121,8 @@ TEST_CASE("a reload finds each changed restart key, and only that one", "[config
       {"hooks[].name", {"hooks: [{name: h, sql: SELECT 1}]\n", "hooks: [{name: g, sql: SELECT 1}]\n"}},
       {"metrics.enabled", {"", "metrics: {enabled: false}\n"}},
       {"metrics.listen", {"", "metrics: {listen: '127.0.0.1:9465'}\n"}},
+      {"web.enabled", {"", "web: {enabled: false}\n"}},
+      {"web.admin_token_file", {"", "web: {admin_token_file: '" + token_file + "'}\n"}},
       {"periodic.*.cron", {"periodic: {a: {cron: '0 * * * *'}}\n", "periodic: {a: {cron: '5 * * * *'}}\n"}},
       {"periodic.*.every", {"periodic: {a: {every: 1m}}\n", "periodic: {a: {every: 2m}}\n"}},
       {"periodic.*.task", {"periodic: {a: {every: 1m}}\n", "periodic: {a: {every: 1m, task: t}}\n"}},

@@ -227,7 +227,7 @@ TEST_CASE("unknown keys are rejected at every level", "[config]") {
   TempDir dir;
   CHECK(ErrorOf(dir, kBase + "metric: {}\n") ==
         "F:6: metric: unknown key (known: database, worker, queues, handlers, periodic, hooks, "
-        "pruning, logging, metrics)");
+        "pruning, logging, metrics, web)");
   CHECK(ErrorOf(dir, "worker:\n  heartbeat_interval: 5s\n  heartbeat_intervall: 5s\n" + kBase) ==
         "F:3: worker.heartbeat_intervall: unknown key (known: heartbeat_interval, heartbeat_ttl, "
         "poll_interval, shutdown_timeout, listen_notify)");
@@ -557,9 +557,9 @@ TEST_CASE("YAML syntax errors, empty files and odd documents", "[config]") {
         "F: the configuration is empty (queues and handlers are required)");
   CHECK(
       ErrorOf(dir, "- a\n- b\n") ==
-      "F:1: expected a mapping of database, worker, queues, handlers, periodic, hooks, pruning, logging and metrics, got a sequence");
+      "F:1: expected a mapping of database, worker, queues, handlers, periodic, hooks, pruning, logging, metrics and web, got a sequence");
   CHECK(ErrorOf(dir, "\n\nhello\n") ==
-        "F:3: expected a mapping of database, worker, queues, handlers, periodic, hooks, pruning, logging and metrics, got \"hello\"");
+        "F:3: expected a mapping of database, worker, queues, handlers, periodic, hooks, pruning, logging, metrics and web, got \"hello\"");
   CHECK(ErrorOf(dir, kBase + "---\nqueues: []\n") == "F:7: expected one YAML document, found more");
   CHECK(ErrorOf(dir, kBase + "---\n") == "F:7: expected one YAML document, found more");
   // yaml-cpp's parser does not get past these; YAML::LoadAll looped forever.
@@ -568,7 +568,7 @@ TEST_CASE("YAML syntax errors, empty files and odd documents", "[config]") {
   // A key with a line break still makes a one-line message.
   CHECK(ErrorOf(dir, kBase + "\"a\\nb\": 1\n") ==
         "F:6: a b: unknown key (known: database, worker, queues, handlers, periodic, hooks, "
-        "pruning, logging, metrics)");
+        "pruning, logging, metrics, web)");
 }
 
 TEST_CASE("a file that cannot be read", "[config]") {

@@ -57,6 +57,9 @@ const std::map<std::string, int>& Floors() {
       {"handlers", 4},
       {"hooks", 4},
       {"metrics", 4},
+      // The status page and its JSON (the store's reads, served on the
+      // metrics listener through core/http_exchange.h).
+      {"web", 4},
       // The YAML file, parsed into the options structs of the rooms below.
       {"config", 5},
       // The daemon's threads and its lifecycle: the one place besides the

@@ -1,0 +1,113 @@
+// What `akadzed status` and the status page (docs/status-page.md) show, read
+// in one READ ONLY transaction that never scans akadze.jobs: every statement
+// reads a bounded range of an index.
+//
+//   queues            the names: a skip scan of jobs_claim_idx (one probe
+//                     per queue with queued jobs), the running jobs
+//                     (jobs_running_worker_idx: at most the cluster's
+//                     slots), pause rows, the last hour's queue_minutes and
+//                     the live workers' queues; at most max_queues, by name
+//   ready, scheduled  the first count_cap + 1 entries of the queue's range
+//                     of jobs_claim_idx, split by run_at <= now(); past the
+//                     cap both are lower bounds (`capped`). A job the sweep
+//                     is about to cancel (cancel requested, expired) counts
+//                     until it does (one heartbeat round)
+//   oldest ready      one probe per distinct priority of the queue's queued
+//                     jobs (the first run_at of each), at most 100 priorities
+//   finished/minute   akadze.queue_minutes (migrations/007_status_page.sql):
+//                     the jobs akadzed daemons finished, per minute, last hour
+//   limits, held keys ListLimitUse (store/job_admin.h), ListHeldLimitKeys
+//   workers           ListWorkers
+//   recent failures   jobs_failed_finished_idx, newest first
+//
+// Job args and results are never read.
+//
+// The finish counts' writer, AddQueueMinutes, is here too: the one place
+// that knows the table's shape.
+//
+// Thread-safety: functions use the connection they are given, one thread at
+// a time; they hold no state of their own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pg/connection.h"
+#include "store/job_admin.h"
+#include "store/limits_table.h"
+
+namespace akadzed {
+
+struct StatusReportOptions {
+  std::int64_t count_cap = 10'000;    // ready/scheduled counted up to this
+  std::size_t max_queues = 200;       // queues shown, by name
+  std::size_t max_held_keys = 100;    // held keys listed (the rest counted)
+  std::size_t max_failures = 20;      // recent failures listed
+  std::int64_t statement_timeout_ms = 2000;  // per statement; 0: none
+};
+
+// Jobs finished in one minute (akadze.queue_minutes, summed over workers).
+struct MinuteCount {
+  std::string minute;  // ISO-8601 UTC, the minute's start
+  std::int64_t succeeded = 0;
+  std::int64_t failed = 0;
+  std::int64_t cancelled = 0;
+};
+
+struct QueueStatus {
+  std::string queue;
+  bool paused = false;
+  std::optional<std::string> paused_at;
+  std::int64_t ready = 0;
+  std::int64_t scheduled = 0;
+  bool capped = false;  // more than count_cap queued: ready and scheduled are lower bounds
+  std::int64_t running = 0;
+  std::optional<double> oldest_ready_age_seconds;  // none ready: nullopt
+  std::vector<MinuteCount> finished_per_minute;    // 60, oldest first, the last is now's minute
+};
+
+struct RecentFailure {
+  std::int64_t id = 0;
+  std::string task;
+  std::string queue;
+  std::int64_t attempt = 0;
+  std::int64_t max_attempts = 0;
+  std::optional<std::string> finished_at;
+  std::optional<std::string> error_kind;     // the last errors entry's `error`
+  std::optional<std::string> error_message;  // its `message`, at most 500 characters
+};
+
+struct StatusReport {
+  std::string generated_at;  // the server's now(), ISO-8601 UTC
+  std::int64_t count_cap = 0;
+  std::vector<QueueStatus> queues;
+  bool queues_truncated = false;  // more than max_queues queues
+  std::vector<LimitUse> limits;
+  std::vector<HeldLimitKey> held_keys;
+  std::int64_t held_keys_total = 0;
+  std::vector<WorkerRow> workers;
+  std::vector<RecentFailure> recent_failures;
+};
+
+// Reads the report in one READ ONLY transaction (statement_timeout per
+// statement). Throws pg::PgError.
+StatusReport ReadStatusReport(pg::Connection& conn, const StatusReportOptions& options = {});
+
+// Jobs a worker finished since its last write, per queue.
+struct QueueFinishCount {
+  std::string queue;
+  std::int64_t succeeded = 0;
+  std::int64_t failed = 0;
+  std::int64_t cancelled = 0;
+};
+
+// Adds `counts` to worker `worker_id`'s rows of the current minute in
+// akadze.queue_minutes and deletes every row older than a day; one
+// statement. Throws pg::PgError (nothing written then).
+void AddQueueMinutes(pg::Connection& conn, const std::string& worker_id,
+                     const std::vector<QueueFinishCount>& counts);
+
+}  // namespace akadzed
