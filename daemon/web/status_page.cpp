@@ -122,7 +122,10 @@ HttpReply StatusPage::Handle(const HttpRequest& request) {
       }
     }
   } catch (const pg::PgError& e) {
-    reply = ErrorReply(503, std::string("database: ") + e.what());
+    // insufficient_privilege: the daemon's role lacks a grant the action
+    // needs (docs/security.md); anything else: the database did not answer.
+    reply = e.sqlstate() == "42501" ? ErrorReply(403, std::string("the daemon's database role may not do this: ") + e.what())
+                                    : ErrorReply(503, std::string("database: ") + e.what());
   }
   reply.headers.emplace_back("Content-Security-Policy", kContentSecurityPolicy);
   reply.headers.emplace_back("X-Content-Type-Options", "nosniff");

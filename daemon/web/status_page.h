@@ -14,9 +14,10 @@
 //   POST /api/jobs/ID/requeue        Content-Type: application/json
 //
 // Every error is a JSON object {"error": "one line"} with its status: 400
-// bad path or id, 401 missing or wrong token, 403 actions off or a request
-// from another origin, 404 unknown path or job, 405 wrong method, 409 a job
-// in the wrong state, 415 not JSON, 503 the database did not answer.
+// bad path or id, 401 missing or wrong token, 403 actions off, a request
+// from another origin or a grant the daemon's role lacks, 404 unknown path or
+// job, 405 wrong method, 409 a job in the wrong state, 415 not JSON, 503 the
+// database did not answer.
 //
 // CSRF: the token travels in a header a page of another origin cannot set
 // without CORS, which is never granted; requests whose Origin (or

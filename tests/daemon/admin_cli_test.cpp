@@ -411,8 +411,13 @@ TEST_CASE("admin workers list and status", "[admin]") {
         0);
 
   json s = db.OkJson({"status", "--json"});
-  REQUIRE(s["queues"].size() == 1);
+  // default (a running and a queued job) and mail (a worker serves it).
+  REQUIRE(s["queues"].size() == 2);
+  CHECK(s["queues"][0]["queue"] == "default");
   CHECK(s["queues"][0]["running"] == 1);
+  CHECK(s["queues"][0]["ready"] == 1);
+  CHECK(s["queues"][1]["queue"] == "mail");
+  CHECK(s["queues"][1]["running"] == 0);
   REQUIRE(s["workers"].size() == 1);
   REQUIRE(s["limits"].size() == 2);
   CHECK(s["limits"][0] == json{{"key", "tenant-a"}, {"row", "*"}, {"running", 1},
@@ -446,12 +451,18 @@ TEST_CASE("admin workers list and status", "[admin]") {
   }
   SECTION("an empty database prints empty sections") {
     Db empty;
-    CHECK(empty.OkJson({"status", "--json"}) ==
-          json{{"queues", json::array()},
-               {"limits", json::array()},
-               {"held_keys", json::array()},
-               {"held_keys_total", 0},
-               {"workers", json::array()}});
+    json e = empty.OkJson({"status", "--json"});
+    CHECK(e["generated_at"].is_string());
+    e.erase("generated_at");
+    CHECK(e == json{{"queues", json::array()},
+                    {"queues_truncated", false},
+                    {"count_cap", 10000},
+                    {"limits", json::array()},
+                    {"held_keys", json::array()},
+                    {"held_keys_total", 0},
+                    {"workers", json::array()},
+                    {"recent_failures", json::array()},
+                    {"actions", {{"enabled", false}}}});
     CHECK(empty.OkJson({"workers", "list", "--json"}) == json::array());
   }
 }

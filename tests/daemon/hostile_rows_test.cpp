@@ -536,6 +536,7 @@ TEST_CASE("the daemon over hostile values in every column: each row gets its out
   const std::int64_t after = job("ok");
   CHECK(f.WaitState(after, "succeeded"));
   for (const std::vector<std::string>& args : {std::vector<std::string>{"status"},
+                                              std::vector<std::string>{"status", "--json"},
                                               std::vector<std::string>{"jobs", "list", "--state", "queued"},
                                               std::vector<std::string>{"workers", "list"},
                                               std::vector<std::string>{"limits", "list"},

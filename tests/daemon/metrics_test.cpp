@@ -18,6 +18,7 @@
 
 #include "pg/connection.h"
 #include "support/daemon_process.h"
+#include "support/http_probe.h"
 #include "support/prometheus_text.h"
 #include "support/test_cluster.h"
 
@@ -32,11 +33,6 @@ constexpr const char* kFastWorker = R"(worker:
   poll_interval: 100ms
   shutdown_timeout: 2s
 )";
-
-struct HttpAnswer {
-  int status = 0;  // 0: no answer
-  std::string body;
-};
 
 struct MetricsFixture {
   std::string db = FreshDatabase();
@@ -74,28 +70,8 @@ std::string Shell(const std::string& task, const std::string& script) {
 
 const std::string kListenAnyPort = "metrics: {listen: 127.0.0.1:0}\n";
 
-// The port of `metrics_listening address=127.0.0.1:PORT` in the log.
-int MetricsPort(const DaemonProcess& daemon) {
-  REQUIRE(daemon.WaitForLog("metrics_listening"));
-  std::smatch m;
-  std::string log = daemon.Log();
-  REQUIRE(std::regex_search(log, m, std::regex("metrics_listening address=127\\.0\\.0\\.1:([0-9]+)")));
-  int port = std::stoi(m[1]);
-  REQUIRE(port > 0);
-  return port;
-}
-
-HttpAnswer Get(int port, const std::string& path) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(5, 0);
-  client.set_read_timeout(10, 0);
-  auto res = client.Get(path.c_str());
-  if (!res) return {};
-  return {res->status, res->body};
-}
-
 PromExposition Scrape(int port) {
-  HttpAnswer answer = Get(port, "/metrics");
+  HttpAnswer answer = HttpGet(port, "/metrics");
   REQUIRE(answer.status == 200);
   return ParsePrometheusText(answer.body);
 }
@@ -120,7 +96,7 @@ TEST_CASE("/metrics: outcomes, durations, job gauges, slots and build info match
                                      Shell("broken", broken),
                                  kListenAnyPort),
                         f.db);
-  int port = MetricsPort(*daemon);
+  int port = ListenerPort(*daemon);
   for (int i = 0; i < 3; ++i) f.Enqueue("ok", 3, R"({"secret_arg": "s3cr3t-value"})");
   f.Enqueue("flaky");
   f.Enqueue("doomed");
@@ -194,18 +170,18 @@ TEST_CASE("/metrics: outcomes, durations, job gauges, slots and build info match
   CHECK(e.Find("akadzed_database_errors_total") != nullptr);
 
   // Job args never reach the exposition.
-  CHECK(Get(port, "/metrics").body.find("s3cr3t") == std::string::npos);
+  CHECK(HttpGet(port, "/metrics").body.find("s3cr3t") == std::string::npos);
 
-  HttpAnswer health = Get(port, "/healthz");
+  HttpAnswer health = HttpGet(port, "/healthz");
   CHECK(health.status == 200);
   CHECK(health.body == "ok\n");
-  HttpAnswer ready = Get(port, "/readyz");
+  HttpAnswer ready = HttpGet(port, "/readyz");
   CHECK(ready.status == 200);
-  CHECK(Get(port, "/nope").status == 404);
+  CHECK(HttpGet(port, "/nope").status == 404);
 
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait() == 0);
-  CHECK(Get(port, "/metrics").status == 0);  // the listener is gone
+  CHECK(HttpGet(port, "/metrics").status == 0);  // the listener is gone
 }
 
 TEST_CASE("/metrics while jobs run: busy slots, limit keys in use, lag of an unserved queue",
@@ -216,7 +192,7 @@ TEST_CASE("/metrics while jobs run: busy slots, limit keys in use, lag of an uns
       "hold.sh", "#!/bin/sh\nwhile [ ! -e " + go + " ]; do sleep 0.05; done\n", true);
   f.conn.exec("INSERT INTO akadze.limits (key, max_running) VALUES ('tenant-1', 2)");
   auto daemon = f.Start(f.Config(Shell("hold", hold), kListenAnyPort), f.db);
-  int port = MetricsPort(*daemon);
+  int port = ListenerPort(*daemon);
   f.conn.exec("INSERT INTO akadze.jobs (task, limit_key) VALUES ('hold', 'tenant-1'),"
               " ('hold', 'tenant-1'), ('hold', NULL)");
   // Nobody serves queue "other": its job waits, and its lag grows.
@@ -271,7 +247,7 @@ TEST_CASE("the daemon sweeps cancel-requested and expired queued jobs: logged an
   MetricsFixture f;
   std::string ok = f.dir.Write("ok.sh", "#!/bin/sh\n", true);
   auto daemon = f.Start(f.Config(Shell("ok", ok), kListenAnyPort), f.db);
-  int port = MetricsPort(*daemon);
+  int port = ListenerPort(*daemon);
   PromExposition before = Scrape(port);
   CHECK(Value(before, "akadzed_queued_jobs_swept_total", {{"reason", "expired"}}) == 0);
   CHECK(Value(before, "akadzed_queued_jobs_swept_total", {{"reason", "cancel_requested"}}) == 0);
@@ -305,15 +281,15 @@ TEST_CASE("/readyz answers 503 when the schema is behind or the database is gone
   std::string url = f.db + " user=akadzed_metrics_test password=hunter2";
   std::string noop = f.dir.Write("noop.sh", "#!/bin/sh\n", true);
   auto daemon = f.Start(f.Config(Shell("noop", noop), kListenAnyPort), url);
-  int port = MetricsPort(*daemon);
-  REQUIRE(WaitUntil([&] { return Get(port, "/readyz").status == 200; }));
+  int port = ListenerPort(*daemon);
+  REQUIRE(WaitUntil([&] { return HttpGet(port, "/readyz").status == 200; }));
 
   // The schema falls behind (as if this binary were newer than the database).
   std::string newest =
       std::string(f.conn.exec("SELECT max(version) FROM akadze.schema_migrations").text(0, 0));
   f.conn.exec("DELETE FROM akadze.schema_migrations WHERE version = $1", pg::Params().add(newest));
   HttpAnswer ready;
-  REQUIRE(WaitUntil([&] { return (ready = Get(port, "/readyz")).status == 503; }));
+  REQUIRE(WaitUntil([&] { return (ready = HttpGet(port, "/readyz")).status == 503; }));
   CHECK(ready.body.find("the database schema is at migration") != std::string::npos);
   CHECK(ready.body.find("this akadzed needs " + newest) != std::string::npos);
   CHECK(Lines(ready.body).size() == 1);
@@ -322,14 +298,14 @@ TEST_CASE("/readyz answers 503 when the schema is behind or the database is gone
   CHECK(Value(e, "akadzed_database_up") == 1);
   CHECK(e.Find("akadzed_jobs") == nullptr);  // not read from a schema it does not know
   f.conn.exec("INSERT INTO akadze.schema_migrations (version) VALUES ($1)", pg::Params().add(newest));
-  REQUIRE(WaitUntil([&] { return Get(port, "/readyz").status == 200; }));
+  REQUIRE(WaitUntil([&] { return HttpGet(port, "/readyz").status == 200; }));
 
   // The database refuses the daemon's role.
   double errors_before = Value(Scrape(port), "akadzed_database_errors_total", {{"kind", "connection"}});
   f.conn.exec("ALTER ROLE akadzed_metrics_test NOLOGIN");
   f.conn.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
               " WHERE usename = 'akadzed_metrics_test'");
-  REQUIRE(WaitUntil([&] { return (ready = Get(port, "/readyz")).status == 503; }));
+  REQUIRE(WaitUntil([&] { return (ready = HttpGet(port, "/readyz")).status == 503; }));
   CHECK(ready.body.rfind("database: ", 0) == 0);
   CHECK(ready.body.find("hunter2") == std::string::npos);
   CHECK(Lines(ready.body).size() == 1);
@@ -340,10 +316,10 @@ TEST_CASE("/readyz answers 503 when the schema is behind or the database is gone
   CHECK(Value(e, "akadzed_ready") == 0);
   CHECK(Value(e, "akadzed_database_errors_total", {{"kind", "connection"}}) > errors_before);
   CHECK(Value(e, "akadzed_slots", {{"queue", "default"}}) == 4);  // in-process values still there
-  CHECK(Get(port, "/healthz").status == 200);  // the loops go on, failing
+  CHECK(HttpGet(port, "/healthz").status == 200);  // the loops go on, failing
 
   f.conn.exec("ALTER ROLE akadzed_metrics_test LOGIN");
-  REQUIRE(WaitUntil([&] { return Get(port, "/readyz").status == 200; }));
+  REQUIRE(WaitUntil([&] { return HttpGet(port, "/readyz").status == 200; }));
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait() == 0);
 }
@@ -362,19 +338,19 @@ TEST_CASE("/healthz answers 503 naming a claim loop that stopped making rounds",
                         f.db,
                         {{"NOTIFY_SOCKET", socket_dir.path() + "/nobody-listens"},
                          {"WATCHDOG_USEC", "1000000"}});
-  int port = MetricsPort(*daemon);
-  REQUIRE(WaitUntil([&] { return Get(port, "/healthz").status == 200; }));
+  int port = ListenerPort(*daemon);
+  REQUIRE(WaitUntil([&] { return HttpGet(port, "/healthz").status == 200; }));
   // A claim starts by reading akadze.queue_pauses: hold it, and the claim
   // loop's next round waits.
   pg::Connection locker = pg::Connection::Open(f.db);
   locker.exec("BEGIN");
   locker.exec("LOCK TABLE akadze.queue_pauses IN ACCESS EXCLUSIVE MODE");
   HttpAnswer health;
-  REQUIRE(WaitUntil([&] { return (health = Get(port, "/healthz")).status == 503; }));
+  REQUIRE(WaitUntil([&] { return (health = HttpGet(port, "/healthz")).status == 503; }));
   CHECK(health.body.find("claim loop of queue default: no round for") != std::string::npos);
   CHECK(Lines(health.body).size() == 1);
   locker.exec("ROLLBACK");
-  REQUIRE(WaitUntil([&] { return Get(port, "/healthz").status == 200; }));
+  REQUIRE(WaitUntil([&] { return HttpGet(port, "/healthz").status == 200; }));
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait() == 0);
 }

@@ -27,6 +27,7 @@
 #include "pg/connection.h"
 #include "pg/pg_error.h"
 #include "support/daemon_process.h"
+#include "support/http_probe.h"
 #include "support/run_command.h"
 #include "support/test_cluster.h"
 
@@ -356,23 +357,6 @@ void CreateRoleOnce(pg::Connection& conn, const std::string& role) {
   }
 }
 
-int MetricsPort(const DaemonProcess& daemon) {
-  REQUIRE(daemon.WaitForLog("metrics_listening"));
-  std::smatch m;
-  std::string log = daemon.Log();
-  REQUIRE(std::regex_search(log, m, std::regex("metrics_listening address=127\\.0\\.0\\.1:([0-9]+)")));
-  return std::stoi(m[1]);
-}
-
-int HttpStatus(int port, const std::string& path, std::string* body = nullptr) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(5, 0);
-  client.set_read_timeout(10, 0);
-  auto res = client.Get(path.c_str());
-  if (!res) return 0;
-  if (body != nullptr) *body = res->body;
-  return res->status;
-}
 
 TEST_CASE("minimum privileges: migrate as the owner, run as a worker role with only the "
           "documented grants, admin and producer likewise",
@@ -460,11 +444,19 @@ TEST_CASE("minimum privileges: migrate as the owner, run as a worker role with o
   }));
   CHECK(super.exec("SELECT count(*) FROM akadze.limit_starts").int64(0, 0) >= 1);
   CHECK(super.exec("SELECT count(*) FROM akadze.workers WHERE hostname = 'gone'").int64(0, 0) == 0);
-  const int port = MetricsPort(daemon);
-  std::string body;
-  CHECK(WaitUntil([&] { return HttpStatus(port, "/readyz") == 200; }));
-  CHECK(HttpStatus(port, "/metrics", &body) == 200);
+  const int port = ListenerPort(daemon);
+  CHECK(WaitUntil([&] { return HttpGet(port, "/readyz").status == 200; }));
+  const HttpAnswer metrics = HttpGet(port, "/metrics");
+  CHECK(metrics.status == 200);
+  const std::string& body = metrics.body;
   CHECK(body.find("akadzed_database_up 1") != std::string::npos);
+  // The status page reads, and the finish counts are written, as the worker.
+  const HttpAnswer page = HttpGet(port, "/api/status");
+  INFO(page.body);
+  CHECK(page.status == 200);
+  CHECK(WaitUntil([&] {
+    return super.exec("SELECT COALESCE(sum(succeeded), 0) FROM akadze.queue_minutes").int64(0, 0) >= 3;
+  }));
   CHECK(body.find("akadzed_jobs{") != std::string::npos);
 
   // The admin commands as the admin role.

@@ -695,5 +695,30 @@ TEST_CASE("metrics: defaults, addresses and errors", "[config][metrics]") {
   }
 }
 
+TEST_CASE("web: defaults, the admin token file and its errors", "[config][web]") {
+  TempDir dir;
+  const DaemonConfig defaults = ParseConfig(kBase, (dir.path() / "c.yaml").string());
+  CHECK(defaults.web.enabled);
+  CHECK(defaults.web.admin_token_file.empty());
+  CHECK_FALSE(ParseConfig(kBase + "web: {enabled: false}\n", (dir.path() / "c.yaml").string()).web.enabled);
+
+  const std::string good = dir.Write("token", "  0123456789abcdef \n", fs::perms(0600));
+  CHECK(ParseConfig(kBase + "web: {admin_token_file: " + good + "}\n", (dir.path() / "c.yaml").string())
+            .web.admin_token_file == good);
+  const std::string open = dir.Write("open", "0123456789abcdef0123\n", fs::perms(0604));
+  const std::string short_token = dir.Write("short", "0123456789abcde\n", fs::perms(0600));
+  const std::string missing = (dir.path() / "missing").string();
+  const std::map<std::string, std::string> errors = {
+      {"token", "F:7: web.admin_token_file: must be an absolute path (it is read for each action, whatever the cwd)"},
+      {open, "F:7: web.admin_token_file: " + open + " must not be open to other users (chmod o-rwx " + open + ")"},
+      {short_token, "F:7: web.admin_token_file: " + short_token + " must hold a token of at least 16 characters"},
+      {missing, "F:7: web.admin_token_file: cannot read " + missing + ": No such file or directory"},
+  };
+  for (const auto& [path, error] : errors) {
+    INFO(path);
+    CHECK(ErrorOf(dir, kBase + "web:\n  admin_token_file: " + path + "\n") == error);
+  }
+}
+
 }  // namespace
 }  // namespace akadzed
