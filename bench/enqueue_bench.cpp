@@ -37,34 +37,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "process_cpu.h"
 #include "embedded/throwaway_postgres.h"
 #include "pg/connection.h"
 #include "schema/migrations.h"
 
 using namespace akadzed;
+using akadzed::bench::ClientCpuSeconds;
+using akadzed::bench::ProcessCpuSeconds;
 
 namespace {
-
-double ClientCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
-// User + system CPU of process `pid` (the session's backend), from /proc.
-double ProcessCpuSeconds(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::size_t close = text.rfind(')');
-  if (close == std::string::npos) throw std::runtime_error("cannot read /proc/" + std::to_string(pid) + "/stat");
-  std::istringstream fields(text.substr(close + 2));
-  std::vector<std::string> f;
-  for (std::string w; fields >> w;) f.push_back(w);
-  // After "pid (comm) ": state is field 3, utime 14, stime 15 (1-based).
-  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return (std::stod(f.at(11)) + std::stod(f.at(12))) / ticks;
-}
 
 struct Sample {
   double seconds = 0;

@@ -383,7 +383,7 @@ void AddStatus(CLI::App& app, Action& action) {
                     << '\n';
         }
         std::cout << "\n== keys held: queued jobs, no limits row (own or '*') ==\nKEY\tQUEUED\n";
-        for (const HeldLimitKey& h : report.held_keys) std::cout << h.key << '\t' << h.queued << '\n';
+        for (const HeldLimitKey& h : report.held_keys) std::cout << h.key << '\t' << count(h.queued, h.capped) << '\n';
         if (report.held_keys_total > static_cast<std::int64_t>(report.held_keys.size())) {
           std::cout << "(" << report.held_keys_total - static_cast<std::int64_t>(report.held_keys.size())
                     << " more keys held)\n";

@@ -249,7 +249,8 @@ std::vector<WorkerRow> ListWorkers(pg::Connection& conn) {
       "SELECT w.id::text, w.hostname, w.pid, to_json(w.queues)::text, " + Ts("w.started_at") +
       ", " + AgeSecondsSql("w.heartbeat_at") + ","
       " (SELECT count(*) FROM akadze.jobs j WHERE j.state = 'running' AND j.worker_id = w.id)"
-      " FROM akadze.workers w ORDER BY w.started_at, w.id");
+      " FROM akadze.workers w ORDER BY w.started_at, w.id",
+      pg::Params());  // prepared: the status page reads it every few seconds
   std::vector<WorkerRow> rows;
   for (int i = 0; i < r.rows(); ++i) {
     WorkerRow w;
@@ -280,7 +281,8 @@ std::vector<LimitUse> ListLimitUse(pg::Connection& conn) {
       "   CASE WHEN a.win IS NULL THEN 0 ELSE (SELECT count(*) FROM akadze.limit_starts s"
       "     WHERE s.key = a.key AND s.started_at > now() - a.win"
       "       AND s.started_at <= now() + a.win + interval '1 minute') END, a.max_starts"
-      " FROM applied a LEFT JOIN running r ON r.key = a.key ORDER BY a.key");
+      " FROM applied a LEFT JOIN running r ON r.key = a.key ORDER BY a.key",
+      pg::Params());  // prepared: the status page reads it every few seconds
   std::vector<LimitUse> rows;
   for (int i = 0; i < r.rows(); ++i) {
     rows.push_back(LimitUse{std::string(r.text(i, 0)), r.optional_text(i, 1), r.int64(i, 2),

@@ -68,7 +68,8 @@ constexpr const char* kLimitKeysSql =
 
 // ListHeldLimitKeys's statement: the distinct (queue, limit_key) pairs of
 // queued jobs by a recursive skip scan of jobs_claim_key_idx (gated by the
-// absence of a '*' row), those without a row of their own, counted.
+// absence of a '*' row), those without a row of their own, each counted in
+// the queues it has jobs in (up to $2 jobs per key; NULL: all).
 constexpr const char* kHeldKeysSql =
     "WITH RECURSIVE pairs AS ("
     "  (SELECT queue, limit_key FROM akadze.jobs"
@@ -82,20 +83,33 @@ constexpr const char* kHeldKeysSql =
     "      AND (j.queue, j.limit_key) > (p.queue, p.limit_key)"
     "    ORDER BY j.queue, j.limit_key LIMIT 1) n),"
     " held AS ("
-    "  SELECT p.limit_key AS key, (SELECT count(*) FROM akadze.jobs j WHERE j.state = 'queued'"
-    "     AND j.queue = p.queue AND j.limit_key = p.limit_key) AS n"
-    "  FROM pairs p WHERE NOT EXISTS (SELECT 1 FROM akadze.limits l WHERE l.key = p.limit_key))"
-    " SELECT key, n, count(*) OVER () FROM (SELECT key, sum(n)::int8 AS n FROM held GROUP BY key) k"
+    "  SELECT p.limit_key AS key, array_agg(p.queue) AS queues FROM pairs p"
+    "  WHERE NOT EXISTS (SELECT 1 FROM akadze.limits l WHERE l.key = p.limit_key) GROUP BY p.limit_key)"
+    " SELECT key, n, count(*) OVER () FROM (SELECT h.key, (SELECT count(*) FROM (SELECT 1 FROM akadze.jobs j"
+    "   WHERE j.state = 'queued' AND j.queue = ANY(h.queues) AND j.limit_key = h.key LIMIT $2) c) AS n"
+    "  FROM held h) k"
     " ORDER BY n DESC, key LIMIT $1";
 
 }  // namespace
 
 std::vector<HeldLimitKey> ListHeldLimitKeys(pg::Connection& conn, std::size_t max_keys,
-                                            std::int64_t* total) {
-  pg::Result r = conn.exec(kHeldKeysSql, pg::Params().add(static_cast<std::int64_t>(max_keys)));
+                                            std::int64_t* total, std::int64_t count_cap) {
+  pg::Params params;
+  params.add(static_cast<std::int64_t>(max_keys));
+  if (count_cap > 0) {
+    params.add(count_cap + 1);
+  } else {
+    params.add_null();
+  }
+  pg::Result r = conn.exec(kHeldKeysSql, params);
   std::vector<HeldLimitKey> keys;
   for (int i = 0; i < r.rows(); ++i) {
-    keys.push_back({std::string(r.text(i, 0)), r.int64(i, 1)});
+    HeldLimitKey key{std::string(r.text(i, 0)), r.int64(i, 1)};
+    if (count_cap > 0 && key.queued > count_cap) {
+      key.queued = count_cap;
+      key.capped = true;
+    }
+    keys.push_back(std::move(key));
     *total = r.int64(i, 2);
   }
   return keys;

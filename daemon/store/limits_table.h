@@ -54,6 +54,7 @@ std::vector<LimitKeyUse> ListLimitKeysInUse(pg::Connection& conn, std::size_t ma
 struct HeldLimitKey {
   std::string key;
   std::int64_t queued = 0;  // its queued jobs, in every queue
+  bool capped = false;      // more than the count cap: `queued` is the cap
 };
 
 // Held keys, most queued jobs first, at most `max_keys`; `*total` gets the
@@ -61,8 +62,10 @@ struct HeldLimitKey {
 // row no key is held and nothing is read. Otherwise one index probe per
 // distinct (queue, limit_key) of queued jobs (a skip scan of
 // jobs_claim_key_idx) and a count of each held key's queued jobs: never a
-// scan of every queued job.
+// scan of every queued job. `count_cap` > 0 counts at most count_cap + 1
+// jobs per key and cuts each key's count at count_cap (`capped`); 0 counts
+// them all.
 std::vector<HeldLimitKey> ListHeldLimitKeys(pg::Connection& conn, std::size_t max_keys,
-                                            std::int64_t* total);
+                                            std::int64_t* total, std::int64_t count_cap = 0);
 
 }  // namespace akadzed

@@ -3,10 +3,9 @@
 // reads a bounded range of an index.
 //
 //   queues            the names: a skip scan of jobs_claim_idx (one probe
-//                     per queue with queued jobs), the running jobs
-//                     (jobs_running_worker_idx: at most the cluster's
-//                     slots), pause rows, the last hour's queue_minutes and
-//                     the live workers' queues; at most max_queues, by name
+//                     per queue with queued jobs), pause rows and the
+//                     workers' queues (jobs run and finish under a worker);
+//                     at most max_queues, by name
 //   ready, scheduled  the first count_cap + 1 entries of the queue's range
 //                     of jobs_claim_idx, split by run_at <= now(); past the
 //                     cap both are lower bounds (`capped`). A job the sweep
@@ -15,8 +14,10 @@
 //   oldest ready      one probe per distinct priority of the queue's queued
 //                     jobs (the first run_at of each), at most 100 priorities
 //   finished/minute   akadze.queue_minutes (migrations/007_status_page.sql):
-//                     the jobs akadzed daemons finished, per minute, last hour
+//                     the jobs akadzed daemons finished, per queue and minute,
+//                     last hour: at most 60 rows per queue
 //   limits, held keys ListLimitUse (store/job_admin.h), ListHeldLimitKeys
+//                     (each key's queued jobs counted up to count_cap + 1)
 //   workers           ListWorkers
 //   recent failures   jobs_failed_finished_idx, newest first
 //
@@ -42,7 +43,7 @@
 namespace akadzed {
 
 struct StatusReportOptions {
-  std::int64_t count_cap = 10'000;    // ready/scheduled counted up to this
+  std::int64_t count_cap = 500;       // ready, scheduled and held jobs counted up to this
   std::size_t max_queues = 200;       // queues shown, by name
   std::size_t max_held_keys = 100;    // held keys listed (the rest counted)
   std::size_t max_failures = 20;      // recent failures listed
@@ -104,10 +105,9 @@ struct QueueFinishCount {
   std::int64_t cancelled = 0;
 };
 
-// Adds `counts` to worker `worker_id`'s rows of the current minute in
-// akadze.queue_minutes and deletes every row older than a day; one
+// Adds `counts` to the current minute's rows of akadze.queue_minutes and
+// deletes rows older than a day (those no other daemon is deleting); one
 // statement. Throws pg::PgError (nothing written then).
-void AddQueueMinutes(pg::Connection& conn, const std::string& worker_id,
-                     const std::vector<QueueFinishCount>& counts);
+void AddQueueMinutes(pg::Connection& conn, const std::vector<QueueFinishCount>& counts);
 
 }  // namespace akadzed

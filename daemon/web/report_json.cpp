@@ -87,7 +87,7 @@ json StatusJson(const StatusReport& report, bool actions_enabled) {
               {"actions", {{"enabled", actions_enabled}}}};
   for (const QueueStatus& q : report.queues) out["queues"].push_back(QueueStatusJson(q));
   for (const LimitUse& l : report.limits) out["limits"].push_back(LimitJson(l));
-  for (const HeldLimitKey& h : report.held_keys) out["held_keys"].push_back({{"key", h.key}, {"queued", h.queued}});
+  for (const HeldLimitKey& h : report.held_keys) out["held_keys"].push_back({{"key", h.key}, {"queued", h.queued}, {"queued_capped", h.capped}});
   for (const WorkerRow& w : report.workers) out["workers"].push_back(WorkerJson(w));
   for (const RecentFailure& f : report.recent_failures) {
     out["recent_failures"].push_back({{"id", f.id},

@@ -305,7 +305,7 @@ void LeaseKeeper::Round() {
   }
 
   WriteProgress(identity.id);
-  WriteFinishCounts(identity.id);
+  WriteFinishCounts();
   Sweep();
 
   // After an outage every worker's heartbeat looks old: the first daemon
@@ -438,12 +438,12 @@ void LeaseKeeper::WriteProgress(const std::string& worker_id) {
   }
 }
 
-void LeaseKeeper::WriteFinishCounts(const std::string& worker_id) {
+void LeaseKeeper::WriteFinishCounts() {
   if (!tally_) return;
   std::vector<QueueFinishCount> counts = tally_->Take();
   if (counts.empty()) return;
   try {
-    session_.Run([&](pg::Connection& c) { AddQueueMinutes(c, worker_id, counts); });
+    session_.Run([&](pg::Connection& c) { AddQueueMinutes(c, counts); });
   } catch (const pg::ConnectionError&) {
     // Kept for a later round (and minute); the round's failure is logged
     // by RunRound.

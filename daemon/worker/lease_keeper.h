@@ -133,7 +133,7 @@ class LeaseKeeper {
   // fails the round.
   void WriteProgress(const std::string& worker_id);
   // Writes the finish tally's counts; on failure puts them back.
-  void WriteFinishCounts(const std::string& worker_id);
+  void WriteFinishCounts();
   WorkerIdentity worker_identity() const;
   std::optional<HeldJobs> ReadHeldJobs();
   // Releases `owned` jobs the daemon does not hold (SetHeldJobs); `before`:

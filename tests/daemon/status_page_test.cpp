@@ -108,7 +108,7 @@ TEST_CASE("status page: /api/status shows what ran and equals `akadzed status --
   CHECK((*held)["paused"] == true);
   CHECK((*held)["ready"] == 1);
   CHECK((*held)["oldest_ready_age_seconds"].is_number());
-  CHECK(status["held_keys"] == json::array({{{"key", "nobody"}, {"queued", 1}}}));
+  CHECK(status["held_keys"] == json::array({{{"key", "nobody"}, {"queued", 1}, {"queued_capped", false}}}));
   REQUIRE(status["recent_failures"].size() == 1);
   const json& failure = status["recent_failures"][0];
   CHECK(failure["id"] == failed);

@@ -263,12 +263,12 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
       "SELECT table_name FROM information_schema.tables WHERE table_schema = 'akadze'"
       " ORDER BY table_name");
   CHECK(Column(tables) == std::vector<std::string>{"jobs", "limit_starts", "limits",
-                                                   "periodic_runs", "queue_pauses",
+                                                   "periodic_runs", "queue_minutes", "queue_pauses",
                                                    "schema_migrations", "workers"});
   Result others = conn.exec(
       "SELECT table_name || '.' || column_name || ':' || data_type || ':' || is_nullable"
       " FROM information_schema.columns WHERE table_schema = 'akadze'"
-      " AND table_name IN ('workers', 'periodic_runs', 'queue_pauses', 'limits')"
+      " AND table_name IN ('workers', 'periodic_runs', 'queue_pauses', 'limits', 'queue_minutes')"
       " ORDER BY table_name, ordinal_position");
   CHECK(Column(others) == std::vector<std::string>{
                               "limits.key:text:NO",
@@ -278,6 +278,11 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
                               "periodic_runs.name:text:NO",
                               "periodic_runs.fire_at:timestamp with time zone:NO",
                               "periodic_runs.job_id:bigint:YES",
+                              "queue_minutes.minute:timestamp with time zone:NO",
+                              "queue_minutes.queue:text:NO",
+                              "queue_minutes.succeeded:bigint:NO",
+                              "queue_minutes.failed:bigint:NO",
+                              "queue_minutes.cancelled:bigint:NO",
                               "queue_pauses.queue:text:NO",
                               "queue_pauses.paused_at:timestamp with time zone:NO",
                               "workers.id:uuid:NO",
@@ -424,7 +429,7 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
       " WHERE i.indrelid = 'akadze.jobs'::regclass ORDER BY c.relname");
   std::vector<std::string> names = Column(r, 0);
   CHECK(names == std::vector<std::string>{"jobs_claim_idx", "jobs_claim_key_idx",
-                                          "jobs_finished_at_idx", "jobs_pkey",
+                                          "jobs_failed_finished_idx", "jobs_finished_at_idx", "jobs_pkey",
                                           "jobs_queued_cancel_idx", "jobs_queued_expires_idx",
                                           "jobs_running_limit_key_idx", "jobs_running_worker_idx",
                                           "jobs_unique_key_active_idx"});

@@ -184,7 +184,7 @@ function queueRows(status) {
 function renderOverview(status) {
   const queueHeaders = ["queue", "state", "ready", "scheduled", "running", "oldest ready", "finished per minute, last hour"];
   if (status.actions.enabled) queueHeaders.push("");
-  const held = status.held_keys.map((h) => el("tr", {}, el("td", {class: "name"}, h.key), el("td", {class: "n"}, String(h.queued))));
+  const held = status.held_keys.map((h) => el("tr", {}, el("td", {class: "name"}, h.key), el("td", {class: "n"}, count(h.queued, h.queued_capped))));
   const more = status.held_keys_total - status.held_keys.length;
   return [
     section("Queues", table("queues", queueHeaders, queueRows(status)),
