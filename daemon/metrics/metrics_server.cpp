@@ -165,6 +165,7 @@ void MetricsServer::Serve(Endpoints endpoints) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   spdlog::info("metrics_listening address={}", address_);
+  if (endpoints_.pages) spdlog::info("status_page url=http://{}/", address_);
 }
 
 void MetricsServer::Stop() {

@@ -97,7 +97,11 @@ HttpReply StatusPage::Handle(const HttpRequest& request) {
   try {
     if (request.path.rfind("/api/", 0) == 0) {
       const std::vector<std::string> s = Segments(std::string_view(request.path).substr(5));
-      if (request.method == "POST") {
+      std::unique_lock<std::timed_mutex> turn(turn_, std::defer_lock);
+      if (!turn.try_lock_for(kTurnWait)) {
+        reply = ErrorReply(503, "busy: the database is still answering an earlier request; try again");
+        reply.headers.emplace_back("Retry-After", "1");
+      } else if (request.method == "POST") {
         reply = Action(request, request.path);
       } else if (request.method != "GET") {
         reply = ErrorReply(405, "method " + request.method + " not allowed on " + request.path);

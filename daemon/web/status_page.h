@@ -30,11 +30,15 @@
 // whose statements read bounded index ranges (store/status_report.h).
 //
 // Thread-safety: Handle is called on the listener's threads, concurrently;
-// database work takes turns on one connection.
+// database work takes turns on one connection. A request waits at most
+// kTurnWait for its turn and is answered 503 ("busy") after that, so a
+// database that stalls never holds every thread of the listener's pool
+// (and with it /metrics and /healthz).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -70,8 +74,11 @@ class StatusPage {
   // The reply refusing an action, or nullopt when it may run.
   std::optional<HttpReply> RefuseAction(const HttpRequest& request) const;
 
+  static constexpr std::chrono::milliseconds kTurnWait{1000};
+
   const WebConfig config_;
   const StatusPageOptions options_;
+  std::timed_mutex turn_;  // one request at a time uses the database (try_lock_for)
   Mutex mu_;
   DbSession session_ GUARDED_BY(mu_);
   std::optional<std::chrono::steady_clock::time_point> status_read_at_ GUARDED_BY(mu_);

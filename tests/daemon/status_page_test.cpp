@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -286,6 +287,43 @@ TEST_CASE("status page: actions need the token, the same origin and JSON; a new 
   std::filesystem::permissions(token_file, std::filesystem::perms::owner_read | std::filesystem::perms::others_read);
   CHECK(HttpPost(port, pause, "{}", "application/json", {{"Authorization", "Bearer " + next}}).status == 403);
   CHECK(daemon->WaitForLog("event=web_token_unreadable"));
+}
+
+TEST_CASE("status page: a stalled database gets 503s, never the listener's threads",
+          "[daemon][web][direct]") {
+  PageFixture f;
+  // A stall bound (lock_timeout) above the page's one-second wait for its
+  // turn, and a heartbeat_ttl that allows it.
+  auto daemon = f.Start(f.Config(f.Handlers(), "database: {stall_timeout: 3s}\n", 4,
+                                 "worker:\n  heartbeat_interval: 1s\n  heartbeat_ttl: 10s\n"
+                                 "  poll_interval: 100ms\n  shutdown_timeout: 2s\n"));
+  const int port = ListenerPort(*daemon);
+  // The status read needs akadze.queue_pauses: hold it away.
+  pg::Connection locker = pg::Connection::Open(f.db);
+  locker.exec("BEGIN");
+  locker.exec("LOCK TABLE akadze.queue_pauses IN ACCESS EXCLUSIVE MODE");
+  HttpAnswer stalled;
+  std::thread first([&] { stalled = HttpGet(port, "/api/status"); });
+  REQUIRE(WaitUntil([&] {
+    return f.Count("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'akadzed web'"
+                   " AND wait_event_type = 'Lock'") == 1;
+  }));
+  // Another API request waits a second for its turn, then is told so; the
+  // listener's own paths answer meanwhile.
+  const auto asked = std::chrono::steady_clock::now();
+  const HttpAnswer busy = HttpGet(port, "/api/jobs/1");
+  CHECK(busy.status == 503);
+  CHECK(busy.Header("Retry-After") == "1");
+  CHECK(Body(busy)["error"].get<std::string>().rfind("busy:", 0) == 0);
+  CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(3));
+  CHECK(HttpGet(port, "/metrics").status == 200);
+  CHECK(HttpGet(port, "/healthz").status == 200);
+  // The stalled read ends at its statement_timeout (2 s) with the database's error.
+  first.join();
+  CHECK(stalled.status == 503);
+  CHECK(Body(stalled)["error"].get<std::string>().find("database: ") == 0);
+  locker.exec("ROLLBACK");
+  CHECK(WaitUntil([&] { return HttpGet(port, "/api/status").status == 200; }));
 }
 
 TEST_CASE("status page: web.enabled false serves no page and no API", "[daemon][web]") {
