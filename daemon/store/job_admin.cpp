@@ -246,7 +246,7 @@ bool ResumeQueue(pg::Connection& conn, const std::string& queue) {
 
 std::vector<WorkerRow> ListWorkers(pg::Connection& conn) {
   pg::Result r = conn.exec(
-      "SELECT w.id::text, w.hostname, w.pid, to_json(w.queues)::text, " + Ts("w.started_at") +
+      "SELECT w.id::text, w.hostname, w.pid, to_json(array_remove(w.queues, NULL))::text, " + Ts("w.started_at") +
       ", " + AgeSecondsSql("w.heartbeat_at") + ","
       " (SELECT count(*) FROM akadze.jobs j WHERE j.state = 'running' AND j.worker_id = w.id)"
       " FROM akadze.workers w ORDER BY w.started_at, w.id",

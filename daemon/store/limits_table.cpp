@@ -66,25 +66,34 @@ constexpr const char* kLimitKeysSql =
     " WHERE own.key IS NOT NULL OR star.key IS NOT NULL"
     " ORDER BY r.n DESC, r.key LIMIT $1";
 
-// ListHeldLimitKeys's statement: the distinct (queue, limit_key) pairs of
-// queued jobs by a recursive skip scan of jobs_claim_key_idx (gated by the
-// absence of a '*' row), those without a row of their own, each counted in
-// the queues it has jobs in (up to $2 jobs per key; NULL: all).
+// ListHeldLimitKeys's statement, gated by the absence of a '*' row: the
+// queues with queued jobs by a skip scan of jobs_claim_key_idx (one probe
+// each), then each queue's distinct limit keys by a skip scan inside the
+// queue (`limit_key > previous` stops before the queue's keyless jobs, which
+// sort last, so jobs without a key are never read); the keys without a row
+// of their own, each counted in the queues it has jobs in (up to $2 jobs per
+// key; NULL: all).
 constexpr const char* kHeldKeysSql =
-    "WITH RECURSIVE pairs AS ("
-    "  (SELECT queue, limit_key FROM akadze.jobs"
-    "    WHERE state = 'queued' AND limit_key IS NOT NULL"
+    "WITH RECURSIVE queues(queue) AS ("
+    "  (SELECT queue FROM akadze.jobs WHERE state = 'queued'"
     "      AND NOT EXISTS (SELECT 1 FROM akadze.limits WHERE key = '*')"
-    "    ORDER BY queue, limit_key LIMIT 1)"
+    "    ORDER BY queue LIMIT 1)"
     "  UNION ALL"
-    "  SELECT n.queue, n.limit_key FROM pairs p CROSS JOIN LATERAL ("
-    "    SELECT j.queue, j.limit_key FROM akadze.jobs j"
-    "    WHERE j.state = 'queued' AND j.limit_key IS NOT NULL"
-    "      AND (j.queue, j.limit_key) > (p.queue, p.limit_key)"
-    "    ORDER BY j.queue, j.limit_key LIMIT 1) n),"
+    "  SELECT (SELECT j.queue FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue > q.queue"
+    "          ORDER BY j.queue LIMIT 1)"
+    "  FROM queues q WHERE q.queue IS NOT NULL),"
+    " pairs(queue, limit_key) AS ("
+    "  SELECT q.queue, (SELECT j.limit_key FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = q.queue"
+    "                   AND j.limit_key IS NOT NULL ORDER BY j.limit_key LIMIT 1)"
+    "  FROM queues q WHERE q.queue IS NOT NULL"
+    "  UNION ALL"
+    "  SELECT p.queue, (SELECT j.limit_key FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = p.queue"
+    "                   AND j.limit_key > p.limit_key ORDER BY j.limit_key LIMIT 1)"
+    "  FROM pairs p WHERE p.limit_key IS NOT NULL),"
     " held AS ("
     "  SELECT p.limit_key AS key, array_agg(p.queue) AS queues FROM pairs p"
-    "  WHERE NOT EXISTS (SELECT 1 FROM akadze.limits l WHERE l.key = p.limit_key) GROUP BY p.limit_key)"
+    "  WHERE p.limit_key IS NOT NULL"
+    "    AND NOT EXISTS (SELECT 1 FROM akadze.limits l WHERE l.key = p.limit_key) GROUP BY p.limit_key)"
     " SELECT key, n, count(*) OVER () FROM (SELECT h.key, (SELECT count(*) FROM (SELECT 1 FROM akadze.jobs j"
     "   WHERE j.state = 'queued' AND j.queue = ANY(h.queues) AND j.limit_key = h.key LIMIT $2) c) AS n"
     "  FROM held h) k"

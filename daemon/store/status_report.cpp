@@ -39,13 +39,16 @@ std::string QueuesSql(std::int64_t count_cap, std::size_t max_queues) {
       "  SELECT queue FROM queued WHERE queue IS NOT NULL"
       "  UNION SELECT queue FROM akadze.queue_pauses"
       "  UNION SELECT unnest(queues) FROM akadze.workers) n"
-      "  ORDER BY queue LIMIT " + std::to_string(max_queues + 1) + ")"
+      "  WHERE queue IS NOT NULL ORDER BY queue LIMIT " + std::to_string(max_queues + 1) + "),"
+      // Running jobs, read once (jobs_running_worker_idx holds only them).
+      " running AS (SELECT queue, count(*) AS n FROM akadze.jobs WHERE state = 'running' GROUP BY queue)"
       " SELECT q.queue, p.queue IS NOT NULL, " + IsoTimestampSql("p.paused_at") + ","
       " c.total, c.ready,"
-      " (SELECT count(*) FROM akadze.jobs r WHERE r.state = 'running' AND r.queue = q.queue),"
+      " COALESCE(rn.n, 0),"
       " " + AgeSecondsSql("o.oldest") +
       " FROM names q"
       " LEFT JOIN akadze.queue_pauses p ON p.queue = q.queue"
+      " LEFT JOIN running rn ON rn.queue = q.queue"
       " CROSS JOIN LATERAL (SELECT count(*) AS total, count(*) FILTER (WHERE s.run_at <= now()) AS ready"
       "   FROM (SELECT j.run_at FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = q.queue"
       "         ORDER BY j.priority DESC, j.run_at, j.id LIMIT " + std::to_string(count_cap + 1) + ") s) c"
@@ -77,12 +80,13 @@ const std::string& QueueMinutesSql() {
 }
 
 // Qualified names: ORDER BY finished_at would sort by the output column of
-// that name (the ISO text), which no index serves.
+// that name (the ISO text), which no index serves. A failed row without
+// finished_at (only a hand-written one) is left out: it would sort first.
 std::string RecentFailuresSql(std::size_t max_failures) {
   return "SELECT j.id, j.task, j.queue, j.attempt, j.max_attempts, " + IsoTimestampSql("j.finished_at") + ","
          " CASE WHEN jsonb_typeof(j.errors) = 'array' THEN left(j.errors -> -1 ->> 'error', 200) END,"
          " CASE WHEN jsonb_typeof(j.errors) = 'array' THEN left(j.errors -> -1 ->> 'message', 500) END"
-         " FROM akadze.jobs j WHERE j.state = 'failed'"
+         " FROM akadze.jobs j WHERE j.state = 'failed' AND j.finished_at IS NOT NULL"
          " ORDER BY j.finished_at DESC, j.id DESC LIMIT " +
          std::to_string(max_failures);
 }

@@ -11,15 +11,20 @@
 //                     cap both are lower bounds (`capped`). A job the sweep
 //                     is about to cancel (cancel requested, expired) counts
 //                     until it does (one heartbeat round)
+//   running           the running jobs, read once and counted per queue
+//                     (jobs_running_worker_idx: at most the cluster's slots)
 //   oldest ready      one probe per distinct priority of the queue's queued
-//                     jobs (the first run_at of each), at most 100 priorities
+//                     jobs (the first run_at of each), the 100 highest
+//                     priorities only (a queue with ready jobs only below
+//                     them shows ready jobs and no age)
 //   finished/minute   akadze.queue_minutes (migrations/007_status_page.sql):
 //                     the jobs akadzed daemons finished, per queue and minute,
 //                     last hour: at most 60 rows per queue
 //   limits, held keys ListLimitUse (store/job_admin.h), ListHeldLimitKeys
 //                     (each key's queued jobs counted up to count_cap + 1)
 //   workers           ListWorkers
-//   recent failures   jobs_failed_finished_idx, newest first
+//   recent failures   jobs_failed_finished_idx, newest first (rows without
+//                     finished_at left out)
 //
 // Job args and results are never read.
 //
