@@ -124,7 +124,11 @@ void MetricsServer::Serve(Endpoints endpoints) {
   });
   if (endpoints_.pages) {
     const auto page = [this](const httplib::Request& req, httplib::Response& res) {
-      HttpRequest request{req.method, req.path, {}, req.body, req.remote_addr};
+      // The path as sent (httplib's req.path is percent-decoded already:
+      // a queue named "a%41" or "a/b" could not be told apart from "aA" or
+      // two segments); the page decodes each segment once.
+      std::string raw = req.target.empty() ? req.path : req.target.substr(0, req.target.find('?'));
+      HttpRequest request{req.method, std::move(raw), {}, req.body, req.remote_addr};
       for (const auto& [name, value] : req.headers) request.headers.emplace_back(name, value);
       HttpReply reply = endpoints_.pages(request);
       res.status = reply.status;

@@ -255,6 +255,11 @@ TEST_CASE("status page: actions need the token, the same origin and JSON; a new 
   CHECK(f.Count("SELECT count(*) FROM akadze.queue_pauses WHERE queue = 'default'") == 1);
   CHECK(Body(HttpGet(port, "/api/status"))["queues"][0]["paused"] == true);  // not the cached reply
   CHECK(Body(HttpPost(port, pause, "{}", "application/json", good))["message"] == "default was already paused");
+  // A queue name with '/', '%' and UTF-8, percent-encoded as the page does
+  // (encodeURIComponent): decoded once, as one segment.
+  answer = HttpPost(port, "/api/queues/a%2Fb%2541%20caf%C3%A9/pause", "{}", "application/json", good);
+  CHECK(answer.status == 200);
+  CHECK(f.Count("SELECT count(*) FROM akadze.queue_pauses WHERE queue = 'a/b%41 café'") == 1);
 
   // Cancel a queued job (the queue is paused, so it waits), then requeue a failed one.
   const std::int64_t queued = f.Enqueue("ok");
