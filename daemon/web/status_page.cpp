@@ -97,8 +97,15 @@ HttpReply StatusPage::Handle(const HttpRequest& request) {
   try {
     if (request.path.rfind("/api/", 0) == 0) {
       const std::vector<std::string> s = Segments(std::string_view(request.path).substr(5));
-      std::unique_lock<std::timed_mutex> turn(turn_, std::defer_lock);
-      if (!turn.try_lock_for(kTurnWait)) {
+      const bool turn = TakeTurn();
+      struct GiveBack {
+        StatusPage* page;
+        bool taken;
+        ~GiveBack() {
+          if (taken) page->GiveTurn();
+        }
+      } give_back{this, turn};
+      if (!turn) {
         reply = ErrorReply(503, "busy: the database is still answering an earlier request; try again");
         reply.headers.emplace_back("Retry-After", "1");
       } else if (request.method == "POST") {
@@ -136,6 +143,21 @@ HttpReply StatusPage::Handle(const HttpRequest& request) {
   reply.headers.emplace_back("X-Frame-Options", "DENY");
   reply.headers.emplace_back("Referrer-Policy", "no-referrer");
   return reply;
+}
+
+bool StatusPage::TakeTurn() {
+  MutexLock lock(turn_mu_);
+  if (!turn_cv_.wait_for(lock, kTurnWait, [&]() NO_THREAD_SAFETY_ANALYSIS { return !turn_taken_; })) return false;
+  turn_taken_ = true;
+  return true;
+}
+
+void StatusPage::GiveTurn() {
+  {
+    MutexLock lock(turn_mu_);
+    turn_taken_ = false;
+  }
+  turn_cv_.notify_one();
 }
 
 HttpReply StatusPage::Status() {

@@ -38,7 +38,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -68,6 +67,9 @@ class StatusPage {
   HttpReply Handle(const HttpRequest& request);
 
  private:
+  // Waits up to kTurnWait for the database's turn; false when it did not come.
+  bool TakeTurn() EXCLUDES(turn_mu_);
+  void GiveTurn() EXCLUDES(turn_mu_);
   HttpReply Status();
   HttpReply Job(const std::string& id_text);
   HttpReply Action(const HttpRequest& request, const std::string& path);
@@ -78,7 +80,12 @@ class StatusPage {
 
   const WebConfig config_;
   const StatusPageOptions options_;
-  std::timed_mutex turn_;  // one request at a time uses the database (try_lock_for)
+  // One request at a time uses the database. A flag and a condition
+  // variable rather than std::timed_mutex: its try_lock_for is a call
+  // ThreadSanitizer does not see lock (pthread_mutex_clocklock).
+  Mutex turn_mu_;
+  CondVar turn_cv_;
+  bool turn_taken_ GUARDED_BY(turn_mu_) = false;
   Mutex mu_;
   DbSession session_ GUARDED_BY(mu_);
   std::optional<std::chrono::steady_clock::time_point> status_read_at_ GUARDED_BY(mu_);
