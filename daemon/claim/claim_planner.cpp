@@ -39,6 +39,15 @@ ClaimPlanner::ClaimPlanner(const ClaimPlannerOptions& options) : options_(option
   skipped_.assign(static_cast<std::size_t>(options_.stream_count), kRead);
 }
 
+void ClaimPlanner::LowerSlots(int slots) {
+  if (slots < 1 || slots > options_.slots) {
+    throw std::invalid_argument("ClaimPlanner::LowerSlots: slots must be in [1, " +
+                                std::to_string(options_.slots) + "]");
+  }
+  if (!rows_.empty() || planned_) throw std::logic_error("ClaimPlanner::LowerSlots after rows or a plan");
+  options_.slots = slots;
+}
+
 int ClaimPlanner::GroupFor(const std::optional<std::string>& key) {
   if (!key) return 0;
   auto it = group_by_key_.find(*key);

@@ -137,6 +137,14 @@ class ClaimPlanner {
   // longer ready). They never come back in this claim.
   void RemoveRows(std::span<const std::int64_t> ids);
 
+  // Lowers the slots to `slots` (1 <= slots <= the current slots): a queue
+  // cap's room, known only once the claim's first read is under way. Only
+  // before any rows are added and before Plan() (std::logic_error
+  // otherwise). Reads already handed out keep their size: a window larger
+  // than slots * 4 reads rows the plan may not need, which is all it costs
+  // (no rule below depends on a window's size).
+  void LowerSlots(int slots);
+
   // The reads to start a claim with: one window per stream.
   std::vector<WindowRead> FirstReads();
   // Alternatively, before any read: `first_row` is the stream's first row in

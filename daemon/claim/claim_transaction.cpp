@@ -116,6 +116,18 @@ const std::string& HeadSql() {
   return sql;
 }
 
+// The queue's cap and its running jobs ($1 the queue); no row when it has
+// no cap, and then nothing is counted. Pipelined after the head: it starts
+// after the head took the claim lock, so its snapshot has every claim of
+// the queue before this one. The running jobs are found through
+// jobs_running_worker_idx (every running job of the cluster, filtered by
+// queue): a cost only capped queues pay, and no index write per job for
+// the queues that have none.
+constexpr const char* kQueueCapSql =
+    "SELECT c.max_running::int8,"
+    " (SELECT count(*) FROM akadze.jobs j WHERE j.state = 'running' AND j.queue = c.queue)"
+    " FROM akadze.queue_caps c WHERE c.queue = $1";
+
 // One claim: reads, key states, plan, the claiming statement; ClaimRun::Run
 // drives them. `one_at_a_time`: first wait for the queue's claim lock, so
 // that claims of one queue run one after another.
@@ -190,13 +202,17 @@ class ClaimRun {
     ClaimPlannerOptions options;
     options.mode = request_.mode;
     options.slots = request_.slots;
+    const pg::Params cap_params = pg::Params().add(request_.queue);
     pg::Result head;
+    pg::Result cap;
     if (request_.aging_us) {
       const pg::Statement levels = FindLevelsStatement(ctx_);
-      const pg::PipelinedStatement first[] = {{HeadSql(), &head_params}, {levels.sql, &levels.params()}};
+      const pg::PipelinedStatement first[] = {
+          {HeadSql(), &head_params}, {kQueueCapSql, &cap_params}, {levels.sql, &levels.params()}};
       std::vector<pg::Result> got = tx_.pipeline(first);
       head = std::move(got[0]);
-      levels_ = LevelsFrom(got[1]);
+      cap = std::move(got[1]);
+      levels_ = LevelsFrom(got[2]);
       // Each priority level is a stream of its own (within a level,
       // effective priority never increases), read only when the plan needs
       // it, usually for a few rows: its first window is `slots` rows.
@@ -209,11 +225,14 @@ class ClaimRun {
       planner_.emplace(options);
       reads_ = planner_->FirstReads();
       const pg::Statement window = WindowReader::FirstStatement(ctx_, reads_.front(), unlocked_);
-      const pg::PipelinedStatement first[] = {{HeadSql(), &head_params}, {window.sql, &window.params(), window.prepare()}};
+      const pg::PipelinedStatement first[] = {{HeadSql(), &head_params},
+                                              {kQueueCapSql, &cap_params},
+                                              {window.sql, &window.params(), window.prepare()}};
       std::vector<pg::Result> got = tx_.pipeline(first);
       head = std::move(got[0]);
+      cap = std::move(got[1]);
       window_reader_.emplace(tx_, ctx_, head.is_null(0, 4) ? -1.0 : head.float64(0, 4));
-      first_window_ = window_reader_->FromResult(reads_.front(), got[1], unlocked_);
+      first_window_ = window_reader_->FromResult(reads_.front(), got[2], unlocked_);
     }
     if (!head.boolean(0, 5)) {
       result().fenced = true;
@@ -222,6 +241,16 @@ class ClaimRun {
     if (head.boolean(0, 3)) {
       result().paused = true;
       return false;
+    }
+    if (cap.rows() > 0) {
+      result().queue_cap = cap.int64(0, 0);
+      result().queue_running = cap.int64(0, 1);
+      const std::int64_t room = *result().queue_cap - result().queue_running;
+      if (room <= 0) {
+        result().capped = true;
+        return false;
+      }
+      if (room < request_.slots) planner_->LowerSlots(static_cast<int>(room));
     }
     result().streams = options.stream_count;
     if (request_.aging_us) {

@@ -12,6 +12,14 @@
 // queue's claim lock (a transaction-level advisory lock), holding nothing
 // else. ClaimInTransaction does not take it.
 //
+// A queue with a cap (akadze.queue_caps, docs/scaling.md) is claimed only
+// up to its room: the cap minus the queue's running jobs, counted in a
+// statement that starts after the claim holds the queue's claim lock. Jobs
+// become running only by claims, and RunClaim's claims of the queue take
+// turns, so the count cannot grow between that statement and the claim's
+// COMMIT: the cap is never exceeded by RunClaim's claims. (ClaimInTransaction
+// does not take the lock; its claims respect the cap only as they see it.)
+//
 // Per-key locks are transaction-level advisory locks on the key's name (a key
 // that falls back to the '*' row has no row of its own to lock). The first
 // lock a claim takes may wait; every later one is a try-lock, and a key whose
@@ -82,6 +90,11 @@ struct ClaimResult {
   int lock_rounds = 0;           // claiming statements (FOR UPDATE SKIP LOCKED rounds)
   int keys_locked_elsewhere = 0; // keys skipped because another claim held them
   bool paused = false;           // the queue is paused: nothing claimed
+  // The queue's cap (akadze.queue_caps) and its running jobs when the claim
+  // held the claim lock; nullopt: the queue has no cap.
+  std::optional<std::int64_t> queue_cap;
+  std::int64_t queue_running = 0;
+  bool capped = false;           // the queue's running jobs are at its cap: nothing claimed
   bool fenced = false;           // the lease fence held: nothing claimed (ClaimRequest::lease_span_us)
   std::string worker_id;
   double elapsed_ms = 0;

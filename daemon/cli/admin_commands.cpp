@@ -42,6 +42,9 @@ struct AdminOptions {
   std::int64_t limit = 50;
   std::int64_t id = 0;
   std::string name;
+  // queues limit
+  std::optional<std::int64_t> max_running;
+  bool clear = false;
 };
 
 json Opt(const std::optional<std::string>& v) { return v ? json(*v) : json(); }
@@ -251,15 +254,16 @@ json QueueJson(const QueueRow& q) {
   return {{"queue", q.queue},         {"queued", q.queued},       {"ready", q.ready},
           {"running", q.running},     {"succeeded", q.succeeded}, {"failed", q.failed},
           {"cancelled", q.cancelled}, {"lag_seconds", q.lag_seconds},
-          {"paused", q.paused},       {"paused_at", Opt(q.paused_at)}};
+          {"paused", q.paused},       {"paused_at", Opt(q.paused_at)},
+          {"max_running", q.max_running ? json(*q.max_running) : json()}};
 }
 
 void PrintQueues(const std::vector<QueueRow>& rows) {
-  std::cout << "QUEUE\tQUEUED\tREADY\tRUNNING\tSUCCEEDED\tFAILED\tCANCELLED\tLAG\tPAUSED\n";
+  std::cout << "QUEUE\tQUEUED\tREADY\tRUNNING\tMAX_RUNNING\tSUCCEEDED\tFAILED\tCANCELLED\tLAG\tPAUSED\n";
   for (const QueueRow& q : rows) {
     std::cout << q.queue << '\t' << q.queued << '\t' << q.ready << '\t' << q.running << '\t'
-              << q.succeeded << '\t' << q.failed << '\t' << q.cancelled << '\t'
-              << Seconds(q.lag_seconds) << '\t' << (q.paused ? "yes" : "no") << '\n';
+              << Dash(q.max_running) << '\t' << q.succeeded << '\t' << q.failed << '\t' << q.cancelled
+              << '\t' << Seconds(q.lag_seconds) << '\t' << (q.paused ? "yes" : "no") << '\n';
   }
 }
 
@@ -276,7 +280,7 @@ void PrintWorkers(const std::vector<WorkerRow>& rows) {
 
 void AddQueues(CLI::App& app, Action& action) {
   auto o = std::make_shared<AdminOptions>();
-  CLI::App* queues = app.add_subcommand("queues", "List, pause and resume queues");
+  CLI::App* queues = app.add_subcommand("queues", "List, pause, resume and cap queues");
   queues->require_subcommand(1);
 
   CLI::App* list = queues->add_subcommand("list", "Jobs per state, lag, busy and paused per queue");
@@ -318,6 +322,36 @@ void AddQueues(CLI::App& app, Action& action) {
       };
     });
   }
+
+  // A cluster-wide cap on the queue's running jobs (akadze.queue_caps).
+  CLI::App* limit = queues->add_subcommand(
+      "limit", "Cap NAME's running jobs across every daemon (--max-running N), or remove the cap (--clear)");
+  AddDatabaseOption(limit, o->url);
+  limit->add_option("NAME", o->name, "Queue name")->required();
+  CLI::Option* max_running = limit->add_option("--max-running", o->max_running,
+                                               "At most N of the queue's jobs run at once, cluster-wide")
+                                 ->check(CLI::Range(std::int64_t{1}, std::int64_t{2147483647}));
+  CLI::Option* clear = limit->add_flag("--clear", o->clear, "Remove the queue's cap");
+  max_running->excludes(clear);
+  limit->callback([&action, o] {
+    action = [o]() -> int {
+      return Run("queues limit", o->url, [&](pg::Connection& conn) {
+        if (!o->max_running && !o->clear) {
+          throw std::invalid_argument("give --max-running N or --clear");
+        }
+        if (o->clear) {
+          const std::optional<std::int64_t> old = ClearQueueCap(conn, o->name);
+          std::cout << (old ? "removed the cap of " + o->name + " (max_running " + std::to_string(*old) + ")"
+                            : o->name + " had no cap")
+                    << std::endl;
+          return;
+        }
+        const std::optional<std::int64_t> old = SetQueueCap(conn, o->name, *o->max_running);
+        std::cout << o->name << " max_running " << *o->max_running
+                  << (old ? " (was " + std::to_string(*old) + ")" : std::string(" (had no cap)")) << std::endl;
+      });
+    };
+  });
 }
 
 void AddWorkers(CLI::App& app, Action& action) {
@@ -362,7 +396,7 @@ void AddStatus(CLI::App& app, Action& action) {
         const auto count = [&](std::int64_t n, bool capped) {
           return std::to_string(n) + (capped ? "+" : "");
         };
-        std::cout << "== queues ==\nQUEUE\tREADY\tSCHEDULED\tRUNNING\tOLDEST_READY\tLAST_HOUR\tPAUSED\n";
+        std::cout << "== queues ==\nQUEUE\tREADY\tSCHEDULED\tRUNNING\tMAX_RUNNING\tOLDEST_READY\tLAST_HOUR\tPAUSED\n";
         for (const QueueStatus& q : report.queues) {
           std::int64_t succeeded = 0;
           std::int64_t failed = 0;
@@ -371,7 +405,7 @@ void AddStatus(CLI::App& app, Action& action) {
             failed += m.failed;
           }
           std::cout << q.queue << '\t' << count(q.ready, q.capped) << '\t' << count(q.scheduled, q.capped)
-                    << '\t' << q.running << '\t'
+                    << '\t' << q.running << '\t' << Dash(q.max_running) << '\t'
                     << (q.oldest_ready_age_seconds ? Seconds(*q.oldest_ready_age_seconds) : "-") << '\t'
                     << succeeded << " ok/" << failed << " failed\t" << (q.paused ? "yes" : "no") << '\n';
         }

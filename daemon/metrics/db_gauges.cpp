@@ -140,6 +140,14 @@ void DbGauges::Write(ExpositionWriter& out) {
   for (const auto& [name, row] : rows) {
     out.Sample("akadzed_queue_paused", {{"queue", name}}, row.paused ? 1 : 0);
   }
+  out.Family("akadzed_queue_max_running",
+             "The queue's cluster-wide cap on running jobs (akadze.queue_caps); no sample: no cap",
+             "gauge");
+  for (const auto& [name, row] : rows) {
+    if (row.max_running) {
+      out.Sample("akadzed_queue_max_running", {{"queue", name}}, static_cast<double>(*row.max_running));
+    }
+  }
   out.Gauge("akadzed_limit_keys_in_use",
             "Limit keys with running jobs and an applicable akadze.limits row (all of them)",
             static_cast<double>(s->limit_keys));

@@ -22,6 +22,11 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const std::vector<std::s
                                            {"queue"})),
       jobs_claimed_(registry.AddCounter("akadzed_jobs_claimed_total",
                                         "Jobs claimed by this daemon, per queue", {"queue"})),
+      claims_capped_(registry.AddCounter(
+          "akadzed_claims_capped_total",
+          "Claims that took nothing because the queue's running jobs were at its cluster-wide cap "
+          "(akadze.queue_caps), per queue",
+          {"queue"})),
       job_outcomes_(registry.AddCounter(
           "akadzed_job_outcomes_total",
           "Claimed jobs by how they ended, per task: success, retry, snooze, fail, cancel, "
@@ -42,6 +47,7 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const std::vector<std::s
     claim_duration_.Init({queue});
     claim_rows_read_.Init({queue});
     jobs_claimed_.Init({queue});
+    claims_capped_.Init({queue});
   }
 }
 
@@ -49,6 +55,7 @@ void WorkerMetrics::Claimed(const std::string& queue, const ClaimResult& result)
   claim_duration_.Observe({queue}, result.elapsed_ms / 1000.0);
   claim_rows_read_.Add({queue}, static_cast<double>(result.rows_read));
   jobs_claimed_.Add({queue}, static_cast<double>(result.jobs.size()));
+  if (result.capped) claims_capped_.Add({queue});
 }
 
 void WorkerMetrics::JobEnded(const std::string& task, const std::string& outcome,

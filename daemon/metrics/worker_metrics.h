@@ -47,6 +47,7 @@ class WorkerMetrics {
   HistogramFamily& claim_duration_;
   CounterFamily& claim_rows_read_;
   CounterFamily& jobs_claimed_;
+  CounterFamily& claims_capped_;
   CounterFamily& job_outcomes_;
   HistogramFamily& job_duration_;
   CounterFamily& queued_jobs_swept_;

@@ -208,10 +208,12 @@ std::vector<QueueRow> ListQueues(pg::Connection& conn) {
                   " COALESCE(c.running, 0), COALESCE(c.succeeded, 0), COALESCE(c.failed, 0),"
                   " COALESCE(c.cancelled, 0),"
                   " COALESCE(" + AgeSecondsSql("c.oldest") + ", 0)::float8,"
-                  " p.queue IS NOT NULL, " + Ts("p.paused_at") +
-                  " FROM (SELECT queue FROM c UNION SELECT queue FROM akadze.queue_pauses) q"
+                  " p.queue IS NOT NULL, " + Ts("p.paused_at") + ", cap.max_running"
+                  " FROM (SELECT queue FROM c UNION SELECT queue FROM akadze.queue_pauses"
+                  "       UNION SELECT queue FROM akadze.queue_caps) q"
                   " LEFT JOIN c ON c.queue = q.queue"
-                  " LEFT JOIN akadze.queue_pauses p ON p.queue = q.queue ORDER BY q.queue");
+                  " LEFT JOIN akadze.queue_pauses p ON p.queue = q.queue"
+                  " LEFT JOIN akadze.queue_caps cap ON cap.queue = q.queue ORDER BY q.queue");
   std::vector<QueueRow> rows;
   for (int i = 0; i < r.rows(); ++i) {
     QueueRow q;
@@ -225,6 +227,7 @@ std::vector<QueueRow> ListQueues(pg::Connection& conn) {
     q.lag_seconds = r.float64(i, 7);
     q.paused = r.boolean(i, 8);
     q.paused_at = r.optional_text(i, 9);
+    q.max_running = r.optional_int64(i, 10);
     rows.push_back(std::move(q));
   }
   return rows;
@@ -242,6 +245,30 @@ bool ResumeQueue(pg::Connection& conn, const std::string& queue) {
   if (queue.empty()) throw std::invalid_argument("queue name must not be empty");
   return conn.exec("DELETE FROM akadze.queue_pauses WHERE queue = $1", pg::Params().add(queue))
              .affected() > 0;
+}
+
+std::optional<std::int64_t> SetQueueCap(pg::Connection& conn, const std::string& queue,
+                                        std::int64_t max_running) {
+  if (queue.empty()) throw std::invalid_argument("queue name must not be empty");
+  if (max_running < 1 || max_running > 2147483647) {
+    throw std::invalid_argument("max_running must be between 1 and 2147483647 (to stop claims, pause the queue)");
+  }
+  // The row's old value comes back from a self-join on the locked row.
+  pg::Result r = conn.exec(
+      "WITH old AS (SELECT max_running FROM akadze.queue_caps WHERE queue = $1 FOR UPDATE),"
+      " new AS (INSERT INTO akadze.queue_caps (queue, max_running) VALUES ($1, $2::int)"
+      "         ON CONFLICT (queue) DO UPDATE SET max_running = EXCLUDED.max_running, set_at = now())"
+      " SELECT (SELECT max_running FROM old)",
+      pg::Params().add(queue).add(max_running));
+  return r.optional_int64(0, 0);
+}
+
+std::optional<std::int64_t> ClearQueueCap(pg::Connection& conn, const std::string& queue) {
+  if (queue.empty()) throw std::invalid_argument("queue name must not be empty");
+  pg::Result r = conn.exec("DELETE FROM akadze.queue_caps WHERE queue = $1 RETURNING max_running",
+                           pg::Params().add(queue));
+  if (r.rows() == 0) return std::nullopt;
+  return r.int64(0, 0);
 }
 
 std::vector<WorkerRow> ListWorkers(pg::Connection& conn) {

@@ -103,9 +103,10 @@ struct QueueRow {
   double lag_seconds = 0;   // now() - oldest ready run_at; 0 when none is ready
   bool paused = false;
   std::optional<std::string> paused_at;
+  std::optional<std::int64_t> max_running;  // the queue's cap (akadze.queue_caps); nullopt: none
 };
 
-// Every queue that has jobs or a pause row, by name. Counts every row of
+// Every queue that has jobs, a pause row or a cap, by name. Counts every row of
 // akadze.jobs (one aggregate; history included until pruned).
 std::vector<QueueRow> ListQueues(pg::Connection& conn);
 
@@ -113,6 +114,17 @@ std::vector<QueueRow> ListQueues(pg::Connection& conn);
 // true when something changed.
 bool PauseQueue(pg::Connection& conn, const std::string& queue);
 bool ResumeQueue(pg::Connection& conn, const std::string& queue);
+
+// Sets the queue's cluster-wide cap on running jobs (akadze.queue_caps,
+// docs/scaling.md): claims take no job of it while max_running of its jobs
+// run, across every daemon. `max_running` must be at least 1
+// (std::invalid_argument otherwise: a pause stops claims). Returns the cap
+// it replaced, if any. Lowering a cap stops no running job: claims wait
+// until the queue's running jobs are below it.
+std::optional<std::int64_t> SetQueueCap(pg::Connection& conn, const std::string& queue,
+                                        std::int64_t max_running);
+// Removes the queue's cap; returns the cap removed, if any.
+std::optional<std::int64_t> ClearQueueCap(pg::Connection& conn, const std::string& queue);
 
 struct WorkerRow {
   std::string id;

@@ -24,7 +24,8 @@ constexpr const char* kChartMinutesSql =
 // more). Per queue: pause, ready/scheduled from the first cap + 1 entries of
 // its range of jobs_claim_idx (in the index's order, so the plan is an
 // index-only scan that stops there), running, and the oldest ready run_at
-// from one probe per distinct priority (at most 100). Limits are written
+// from one probe per distinct priority (at most 100), and the queue's cap
+// (akadze.queue_caps). Limits are written
 // into the text: a generic plan of a LIMIT parameter assumes a tenth of the
 // table.
 std::string QueuesSql(std::int64_t count_cap, std::size_t max_queues) {
@@ -38,6 +39,7 @@ std::string QueuesSql(std::int64_t count_cap, std::size_t max_queues) {
       " names AS (SELECT queue FROM ("
       "  SELECT queue FROM queued WHERE queue IS NOT NULL"
       "  UNION SELECT queue FROM akadze.queue_pauses"
+      "  UNION SELECT queue FROM akadze.queue_caps"
       "  UNION SELECT unnest(queues) FROM akadze.workers) n"
       "  WHERE queue IS NOT NULL ORDER BY queue LIMIT " + std::to_string(max_queues + 1) + "),"
       // Running jobs, read once (jobs_running_worker_idx holds only them).
@@ -45,9 +47,10 @@ std::string QueuesSql(std::int64_t count_cap, std::size_t max_queues) {
       " SELECT q.queue, p.queue IS NOT NULL, " + IsoTimestampSql("p.paused_at") + ","
       " c.total, c.ready,"
       " COALESCE(rn.n, 0),"
-      " " + AgeSecondsSql("o.oldest") +
+      " " + AgeSecondsSql("o.oldest") + ", cap.max_running"
       " FROM names q"
       " LEFT JOIN akadze.queue_pauses p ON p.queue = q.queue"
+      " LEFT JOIN akadze.queue_caps cap ON cap.queue = q.queue"
       " LEFT JOIN running rn ON rn.queue = q.queue"
       " CROSS JOIN LATERAL (SELECT count(*) AS total, count(*) FILTER (WHERE s.run_at <= now()) AS ready"
       "   FROM (SELECT j.run_at FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = q.queue"
@@ -142,6 +145,7 @@ StatusReport ReadStatusReport(pg::Connection& conn, const StatusReportOptions& o
     q.scheduled = std::min(total - r.int64(i, 4), options.count_cap);
     q.running = r.int64(i, 5);
     if (!r.is_null(i, 6)) q.oldest_ready_age_seconds = r.float64(i, 6);
+    q.max_running = r.optional_int64(i, 7);
     for (const std::string& m : minutes) q.finished_per_minute.push_back(MinuteCount{m, 0, 0, 0});
     index[q.queue] = report.queues.size();
     report.queues.push_back(std::move(q));

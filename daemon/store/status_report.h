@@ -71,6 +71,7 @@ struct QueueStatus {
   std::int64_t scheduled = 0;
   bool capped = false;  // more than count_cap queued: ready and scheduled are lower bounds
   std::int64_t running = 0;
+  std::optional<std::int64_t> max_running;         // the queue's cluster-wide cap; nullopt: none
   std::optional<double> oldest_ready_age_seconds;  // none ready: nullopt
   std::vector<MinuteCount> finished_per_minute;    // 60, oldest first, the last is now's minute
 };

@@ -31,6 +31,7 @@ json QueueStatusJson(const QueueStatus& q) {
           {"scheduled", q.scheduled},
           {"scheduled_capped", q.capped},
           {"running", q.running},
+          {"max_running", Opt(q.max_running)},
           {"oldest_ready_age_seconds", Opt(q.oldest_ready_age_seconds)},
           {"finished_per_minute", std::move(minutes)}};
 }

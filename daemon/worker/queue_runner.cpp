@@ -124,6 +124,7 @@ void QueueRunner::ClaimLoop() {
   // released (see the header comment).
   std::optional<std::string> in_doubt_worker;
   bool fenced_logged = false;  // claim_fenced is logged once until a claim passes the fence
+  bool capped_logged = false;  // claim_capped is logged once until a claim is not capped
   for (;;) {
     int free_slots;
     Clock::time_point round_start;
@@ -230,6 +231,12 @@ void QueueRunner::ClaimLoop() {
         } else {
           fenced_logged = false;
         }
+        if (result.capped && !capped_logged) {
+          spdlog::info("claim_capped queue={} max_running={} running={} | the queue's running jobs are at its "
+                       "cluster-wide cap: nothing claimed until they are below it",
+                       LogValue(queue_.name), result.queue_cap.value_or(0), result.queue_running);
+        }
+        capped_logged = result.capped;
         metrics_.Claimed(queue_.name, result);
         full = static_cast<int>(result.jobs.size() + result.unprocessable.size()) == free_slots;
         if (!result.jobs.empty()) {

@@ -374,8 +374,8 @@ TEST_CASE("admin queues: list counts, lag and pause; pause/resume are idempotent
 
   std::vector<std::string> lines = test::Lines(db.Ok({"queues", "list"}));
   REQUIRE(lines.size() == 4);
-  CHECK(lines[0] == "QUEUE\tQUEUED\tREADY\tRUNNING\tSUCCEEDED\tFAILED\tCANCELLED\tLAG\tPAUSED");
-  CHECK(lines[2].rfind("mail\t3\t2\t1\t0\t1\t0\t", 0) == 0);
+  CHECK(lines[0] == "QUEUE\tQUEUED\tREADY\tRUNNING\tMAX_RUNNING\tSUCCEEDED\tFAILED\tCANCELLED\tLAG\tPAUSED");
+  CHECK(lines[2].rfind("mail\t3\t2\t1\t-\t0\t1\t0\t", 0) == 0);
   CHECK(lines[2].substr(lines[2].size() - 4) == "\tyes");
 
   CHECK(db.Ok({"queues", "resume", "mail"}) == "resumed mail\n");
@@ -383,6 +383,44 @@ TEST_CASE("admin queues: list counts, lag and pause; pause/resume are idempotent
   CHECK(db.conn.exec("SELECT count(*) FROM akadze.queue_pauses").int64(0, 0) == 1);
   db.Fails({"queues", "pause"}, 2);
   db.Fails({"queues"}, 2);
+}
+
+TEST_CASE("admin queues limit: sets, changes and clears a queue's cluster-wide cap", "[admin]") {
+  Db db;
+  db.Insert("task, queue", "'t', 'mail'");
+  CHECK(db.Ok({"queues", "limit", "mail", "--max-running", "5"}) == "mail max_running 5 (had no cap)\n");
+  CHECK(db.Ok({"queues", "limit", "mail", "--max-running", "2"}) == "mail max_running 2 (was 5)\n");
+  // A queue without jobs may be capped before its first job.
+  CHECK(db.Ok({"queues", "limit", "later", "--max-running", "1"}) == "later max_running 1 (had no cap)\n");
+  json q = db.OkJson({"queues", "list", "--json"});
+  REQUIRE(q.size() == 2);
+  CHECK(q[0]["queue"] == "later");
+  CHECK(q[0]["max_running"] == 1);
+  CHECK(q[1]["max_running"] == 2);
+  json s = db.OkJson({"status", "--json"});
+  REQUIRE(s["queues"].size() == 2);
+  CHECK(s["queues"][0]["queue"] == "later");
+  CHECK(s["queues"][0]["max_running"] == 1);
+  CHECK(s["queues"][1]["max_running"] == 2);
+  std::vector<std::string> lines = test::Lines(db.Ok({"status"}));
+  REQUIRE(lines.size() > 3);
+  CHECK(lines[1] == "QUEUE\tREADY\tSCHEDULED\tRUNNING\tMAX_RUNNING\tOLDEST_READY\tLAST_HOUR\tPAUSED");
+  CHECK(lines[2].rfind("later\t0\t0\t0\t1\t-\t", 0) == 0);
+
+  // Zero, negative, too large and not a number are refused by the CLI; so
+  // is neither or both of --max-running and --clear. Nothing changes.
+  for (const std::string bad : {"0", "-1", "2147483648", "x"}) {
+    INFO(bad);
+    CHECK(db.Fails({"queues", "limit", "mail", "--max-running", bad}, 2).find("--max-running") != std::string::npos);
+  }
+  CHECK(db.Fails({"queues", "limit", "mail"}, 2) == "queues limit: give --max-running N or --clear\n");
+  db.Fails({"queues", "limit", "mail", "--max-running", "3", "--clear"}, 2);
+  CHECK(db.conn.exec("SELECT max_running FROM akadze.queue_caps WHERE queue = 'mail'").int64(0, 0) == 2);
+
+  CHECK(db.Ok({"queues", "limit", "mail", "--clear"}) == "removed the cap of mail (max_running 2)\n");
+  CHECK(db.Ok({"queues", "limit", "mail", "--clear"}) == "mail had no cap\n");
+  q = db.OkJson({"queues", "list", "--json"});
+  CHECK(q[1]["max_running"].is_null());
 }
 
 TEST_CASE("admin workers list and status", "[admin]") {

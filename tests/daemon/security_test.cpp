@@ -468,6 +468,10 @@ TEST_CASE("minimum privileges: migrate as the owner, run as a worker role with o
     return r;
   };
   admin({"queues", "pause", "default"});
+  // A cap the daemon's claims read with the worker role's grants (the
+  // requeued job below runs under it).
+  admin({"queues", "limit", "default", "--max-running", "4"});
+  admin({"queues", "limit", "default", "--max-running", "5"});
   json enqueued = json::parse(admin({"enqueue", "ok", "--json"}).out);
   const std::int64_t queued = enqueued["id"];
   admin({"jobs", "cancel", std::to_string(queued)});
@@ -484,6 +488,7 @@ TEST_CASE("minimum privileges: migrate as the owner, run as a worker role with o
   admin({"workers", "list"});
   admin({"queues", "list"});
   admin({"status"});
+  admin({"queues", "limit", "default", "--clear"});
 
   // A producer enqueues through the functions, and can do nothing else.
   pg::Connection producer = pg::Connection::Open(db + " user=app_producer");

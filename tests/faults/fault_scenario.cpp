@@ -144,6 +144,9 @@ void FaultScenario::SetLimits(int keys) {
       " FROM generate_series(0, $1::int / 2 - 1) AS i",
       pg::Params().add(keys));
   Query("INSERT INTO akadze.limits (key, max_running) VALUES ('*', 3)");
+  // Queue "fair" is capped cluster-wide below what two daemons' slots allow.
+  Query("INSERT INTO akadze.queue_caps (queue, max_running) VALUES ('fair', $1::int)",
+        pg::Params().add(options_.slots * 2 - 1));
 }
 
 void FaultScenario::Enqueue(const std::string& task, int count, int keys, int min_ms, int max_ms,

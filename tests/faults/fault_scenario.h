@@ -79,7 +79,9 @@ class FaultScenario {
 
   // akadze.limits for keys k0..k<keys-1>: the first half have rows of their
   // own, max_running 1 + i % 4, and every tenth of those also max_starts 20
-  // per 1 s; the rest fall back to '*' (max_running 3).
+  // per 1 s; the rest fall back to '*' (max_running 3). Queue "fair" gets a
+  // cluster-wide cap (akadze.queue_caps) of 2 x slots - 1, which binds
+  // with two daemons or more.
   void SetLimits(int keys);
   // Enqueues `count` jobs of `task` ("shell" or "plugin"), alternating the
   // two queues, 9 in 10 with a key among `keys`, args {"ms": uniform in

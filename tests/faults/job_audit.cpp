@@ -126,21 +126,39 @@ std::vector<std::string> LimitSampler::overshoots() const {
 
 void LimitSampler::Loop() {
   std::optional<KeyLimits> limits;
+  std::map<std::string, std::int64_t> queue_caps;  // akadze.queue_caps, read with the limits
   std::optional<pg::Connection> conn;
   while (!stop_.load()) {
     try {
       if (!conn || !conn->healthy()) {
         conn.reset();
         conn.emplace(pg::Connection::Open(conninfo_, "fault audit sampler"));
-        if (!limits) limits = KeyLimits::Read(*conn);
+        if (!limits) {
+          limits = KeyLimits::Read(*conn);
+          pg::Result caps = conn->exec("SELECT queue, max_running FROM akadze.queue_caps");
+          for (int i = 0; i < caps.rows(); ++i) queue_caps[std::string(caps.text(i, 0))] = caps.int64(i, 1);
+        }
       }
-      // One statement: one snapshot of every key's running jobs.
+      // One statement: one snapshot of every key's and every queue's running
+      // jobs (kind 'k' and 'q').
       pg::Result r = conn->exec(
-          "SELECT limit_key, count(*) FROM akadze.jobs"
-          " WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key");
+          "SELECT 'k', limit_key, count(*) FROM akadze.jobs"
+          " WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key"
+          " UNION ALL SELECT 'q', queue, count(*) FROM akadze.jobs WHERE state = 'running' GROUP BY queue");
       for (int i = 0; i < r.rows(); ++i) {
-        std::string key(r.text(i, 0));
-        std::int64_t running = r.int64(i, 1);
+        std::string key(r.text(i, 1));
+        std::int64_t running = r.int64(i, 2);
+        if (r.text(i, 0) == "q") {
+          const auto cap = queue_caps.find(key);
+          if (cap == queue_caps.end()) continue;
+          if (running > max_queue_seen_.load()) max_queue_seen_ = running;
+          if (running > cap->second) {
+            std::lock_guard lock(mu_);
+            overshoots_.push_back("queue " + key + ": " + std::to_string(running) +
+                                  " running, queue max_running " + std::to_string(cap->second));
+          }
+          continue;
+        }
         if (running > max_seen_.load()) max_seen_ = running;
         std::optional<std::int64_t> cap = limits->Cap(key);
         if (cap && running > *cap) {

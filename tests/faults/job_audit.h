@@ -22,7 +22,8 @@
 //    re-run, not a duplicate.
 //  - limit overshoot: a sample (one statement, one snapshot) in which a key
 //    had more running jobs than its applicable max_running (own row, else
-//    '*'; a key with no row must have none), or a key whose recorded starts
+//    '*'; a key with no row must have none), or a queue more than its
+//    cluster-wide cap (akadze.queue_caps), or a key whose recorded starts
 //    (the claims' now(), from the transition log) exceed max_starts within
 //    some window (T - starts_window, T], the claim's own window rule.
 //
@@ -63,9 +64,10 @@ struct Execution {
 // The records in `path` (missing file: none); a torn line is skipped.
 std::vector<Execution> ReadExecutions(const std::string& path);
 
-// Samples the running jobs of every limit key from its own connection, in a
-// loop, and compares each with the key's applicable max_running (akadze.limits
-// is read once, at Start: limits must not change during a scenario). Survives
+// Samples the running jobs of every limit key and every queue from its own
+// connection, in a loop, and compares each with the key's applicable
+// max_running and the queue's cap (akadze.limits and akadze.queue_caps are
+// read once, at Start: they must not change during a scenario). Survives
 // the database going away: it reconnects, counting the gaps.
 class LimitSampler {
  public:
@@ -80,6 +82,8 @@ class LimitSampler {
   std::int64_t reconnects() const { return reconnects_.load(); }
   // The largest running count seen for any key (shows the sampler saw load).
   std::int64_t max_seen() const { return max_seen_.load(); }
+  // The largest running count seen for a capped queue (shows the cap bound).
+  std::int64_t max_queue_seen() const { return max_queue_seen_.load(); }
   // "key K: N running, max_running M" for every overshoot seen (after Stop).
   std::vector<std::string> overshoots() const;
 
@@ -92,6 +96,7 @@ class LimitSampler {
   std::atomic<std::int64_t> samples_{0};
   std::atomic<std::int64_t> reconnects_{0};
   std::atomic<std::int64_t> max_seen_{0};
+  std::atomic<std::int64_t> max_queue_seen_{0};
   mutable std::mutex mu_;
   std::vector<std::string> overshoots_;  // guarded by mu_
   std::vector<std::string> errors_;      // guarded by mu_; not connection errors

@@ -48,8 +48,8 @@ TEST_CASE("load: 3 daemons, a fair and an ordered queue, 200 limited keys",
   AuditReport audit = s.RunAudit();
 
   std::ostringstream recovery;
-  recovery << "n/a (no fault); peak running per key " << s.sampler().max_seen() << ", "
-           << audit.samples << " samples";
+  recovery << "n/a (no fault); peak running per key " << s.sampler().max_seen()
+           << ", of the capped queue " << s.sampler().max_queue_seen() << ", " << audit.samples << " samples";
   s.Report("5. load", audit, "none", recovery.str());
   INFO(audit.Summary());
   CHECK(audit.ok());

@@ -198,6 +198,83 @@ TEST_CASE("only ready jobs are claimed, and none from a paused queue", "[claim]"
   CHECK(ClaimIds(conn, 10) == Ids{ready});
 }
 
+TEST_CASE("a queue cap: a claim takes at most the cap minus the queue's running jobs", "[claim][queue_cap]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  Ids queued;
+  for (int i = 0; i < 8; ++i) queued.push_back(Enqueue(conn, std::nullopt));
+  Enqueue(conn, std::nullopt, 0, "other");
+  conn.exec("INSERT INTO akadze.queue_caps (queue, max_running) VALUES ('q', 3)");
+  // A running job of the queue counts, whoever runs it; one of another queue does not.
+  conn.exec("INSERT INTO akadze.jobs (task, queue, state, run_count, started_at) VALUES"
+            " ('t', 'q', 'running', 1, now()), ('t', 'other', 'running', 1, now())");
+
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 10;
+  ClaimResult first = RunClaim(conn, r);
+  CHECK(first.queue_cap == 3);
+  CHECK(first.queue_running == 1);
+  CHECK_FALSE(first.capped);
+  REQUIRE(first.jobs.size() == 2);
+  CHECK(first.jobs[0].id == queued[0]);
+  CHECK(first.jobs[1].id == queued[1]);
+
+  ClaimResult full = RunClaim(conn, r);
+  CHECK(full.capped);
+  CHECK(full.queue_running == 3);
+  CHECK(full.jobs.empty());
+  CHECK(ClaimIds(conn, 10, ClaimMode::kFair) == Ids{});
+  // Aging reads the queue another way; the cap holds there too.
+  r.aging_us = 1'000'000;
+  CHECK(RunClaim(conn, r).capped);
+  r.aging_us.reset();
+  // Another queue is not capped by it.
+  CHECK(ClaimIds(conn, 10, ClaimMode::kOrdered, "other").size() == 1);
+
+  Finish(conn, first.jobs[0].id);
+  CHECK(ClaimIds(conn, 10) == Ids{queued[2]});
+  // Raising the cap lets the next claim take the difference; removing it,
+  // the slots.
+  conn.exec("UPDATE akadze.queue_caps SET max_running = 5 WHERE queue = 'q'");
+  CHECK(ClaimIds(conn, 10) == Ids{queued[3], queued[4]});
+  conn.exec("DELETE FROM akadze.queue_caps");
+  ClaimResult uncapped = RunClaim(conn, r);
+  CHECK_FALSE(uncapped.queue_cap);
+  CHECK(uncapped.jobs.size() == 3);
+}
+
+TEST_CASE("a queue cap is counted after the claim lock: a claim waiting behind another sees its jobs",
+          "[claim][queue_cap]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection holder = pg::Connection::Open(db);
+  for (int i = 0; i < 6; ++i) Enqueue(conn, std::nullopt);
+  conn.exec("INSERT INTO akadze.queue_caps (queue, max_running) VALUES ('q', 4)");
+  // Another claim of the queue holds the claim lock and has claimed 3 jobs,
+  // not yet committed.
+  pg::Transaction tx(holder);
+  tx.exec("SELECT pg_advisory_xact_lock(hashtextextended('akadze.claim_queue:q', 0))");
+  tx.exec("UPDATE akadze.jobs SET state = 'running', run_count = 1, started_at = now()"
+          " WHERE id IN (SELECT id FROM akadze.jobs WHERE queue = 'q' ORDER BY id LIMIT 3)");
+  std::future<ClaimResult> waiting = std::async(std::launch::async, [&] {
+    pg::Connection c = pg::Connection::Open(db);
+    ClaimRequest r;
+    r.queue = "q";
+    r.slots = 10;
+    return RunClaim(c, r);
+  });
+  // It waits for the lock ...
+  REQUIRE(test::WaitUntil([&] {
+    return conn.exec("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").int64(0, 0) == 1;
+  }));
+  tx.commit();
+  // ... and then counts the 3: one more, not four.
+  ClaimResult got = waiting.get();
+  CHECK(got.queue_running == 3);
+  CHECK(got.jobs.size() == 1);
+  CHECK(conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0) == 4);
+}
+
 TEST_CASE("a claim marks jobs running, fenced, and records starts of rate-limited keys",
           "[claim]") {
   pg::Connection conn = pg::Connection::Open(test::FreshDatabase());

@@ -2,7 +2,10 @@
 // seed's load test): 20,000 jobs over 20 limited keys, ordered and fair, jobs
 // completing as they go, while another connection samples running jobs per
 // key. max_running is never exceeded, no claim errors or deadlocks, and every
-// job is claimed exactly once.
+// job is claimed exactly once. The fair run's queue also has a cluster-wide
+// cap (akadze.queue_caps) of 12 running jobs, below what the claimers want
+// (up to 8 slots each) and what the keys allow (50): the sampler checks the
+// queue's running jobs never exceed it, and the claims found it full.
 //
 // AKADZED_CONCURRENCY_SECONDS changes the duration per mode (default 20).
 #include <catch2/catch.hpp>
@@ -10,8 +13,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -33,7 +38,7 @@ struct Held {
   Clock::time_point done_at;
 };
 
-void RunLoad(ClaimMode mode) {
+void RunLoad(ClaimMode mode, std::optional<std::int64_t> queue_cap) {
   int seconds = 20;
   if (const char* env = std::getenv("AKADZED_CONCURRENCY_SECONDS")) seconds = std::atoi(env);
   constexpr int kClaimers = 10;
@@ -60,12 +65,17 @@ void RunLoad(ClaimMode mode) {
       " FROM generate_series(1, $1::int)",
       pg::Params().add(kJobs));
   setup.exec("ANALYZE akadze.jobs");
+  if (queue_cap) {
+    setup.exec("INSERT INTO akadze.queue_caps (queue, max_running) VALUES ('load', $1::int)",
+               pg::Params().add(*queue_cap));
+  }
 
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::vector<std::int64_t> claimed;  // guarded by mu
   std::vector<std::string> errors;    // guarded by mu
   std::atomic<std::int64_t> claims{0};
+  std::atomic<std::int64_t> capped_claims{0};
 
   auto claimer = [&](int n) {
     try {
@@ -101,6 +111,7 @@ void RunLoad(ClaimMode mode) {
         request.worker_id = worker;
         ClaimResult r = RunClaim(conn, request);
         ++claims;
+        if (r.capped) ++capped_claims;
         {
           std::lock_guard<std::mutex> lock(mu);
           for (const ClaimedJob& j : r.jobs) claimed.push_back(j.id);
@@ -120,12 +131,22 @@ void RunLoad(ClaimMode mode) {
 
   std::atomic<std::int64_t> samples{0};
   std::vector<std::string> overshoots;  // written by the sampler only
+  std::int64_t peak_queue_running = 0;  // written by the sampler only
   auto sampler = [&] {
     try {
       pg::Connection conn = pg::Connection::Open(db);
       while (!stop.load()) {
+        // One statement: per key, and (every job has a key) the queue's total.
         pg::Result r = conn.exec(
-            "SELECT limit_key, count(*) FROM akadze.jobs WHERE state = 'running' GROUP BY limit_key");
+            "SELECT limit_key, count(*), sum(count(*)) OVER ()::int8 FROM akadze.jobs"
+            " WHERE state = 'running' GROUP BY limit_key");
+        if (r.rows() > 0) {
+          const std::int64_t queue_running = r.int64(0, 2);
+          peak_queue_running = std::max(peak_queue_running, queue_running);
+          if (queue_cap && queue_running > *queue_cap) {
+            overshoots.push_back("queue load had " + std::to_string(queue_running) + " running");
+          }
+        }
         for (int i = 0; i < r.rows(); ++i) {
           std::string key(r.text(i, 0));
           if (r.int64(i, 1) > max_running.at(key)) {
@@ -158,7 +179,8 @@ void RunLoad(ClaimMode mode) {
       " FROM akadze.jobs WHERE queue = 'load'");
   WARN((mode == ClaimMode::kFair ? "fair" : "ordered")
        << ": " << claimed.size() << " jobs claimed by " << kClaimers << " claimers in " << elapsed
-       << " s (" << claims.load() << " claims), " << samples.load() << " samples of running jobs");
+       << " s (" << claims.load() << " claims, " << capped_claims.load() << " at the queue's cap), "
+       << samples.load() << " samples of running jobs, at most " << peak_queue_running << " running");
   CHECK(errors.empty());
   for (const auto& e : errors) WARN(e);
   CHECK(overshoots.empty());
@@ -170,14 +192,16 @@ void RunLoad(ClaimMode mode) {
   CHECK(counts.int64(0, 2) == 0);
   CHECK(counts.int64(0, 3) == 0);
   CHECK(claimed.size() > 1000);
+  if (queue_cap) CHECK(capped_claims.load() > 0);  // the cap was reached, and held
 }
 
 TEST_CASE("10 parallel claimers, ordered: no overshoot, no error, each job once", "[concurrency]") {
-  RunLoad(ClaimMode::kOrdered);
+  RunLoad(ClaimMode::kOrdered, std::nullopt);
 }
 
-TEST_CASE("10 parallel claimers, fair: no overshoot, no error, each job once", "[concurrency]") {
-  RunLoad(ClaimMode::kFair);
+TEST_CASE("10 parallel claimers, fair, queue capped at 12: no overshoot, no error, each job once",
+          "[concurrency]") {
+  RunLoad(ClaimMode::kFair, 12);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ using pg::Result;
 const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses",
                                                "003_limit_keys", "004_claim_key_index",
                                                "005_limit_window_bound", "006_enqueue",
-                                               "007_status_page"};
+                                               "007_status_page", "008_queue_caps"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -93,7 +93,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "007_status_page");
+  CHECK(ExpectedSchemaVersion() == "008_queue_caps");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -263,12 +263,13 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
       "SELECT table_name FROM information_schema.tables WHERE table_schema = 'akadze'"
       " ORDER BY table_name");
   CHECK(Column(tables) == std::vector<std::string>{"jobs", "limit_starts", "limits",
-                                                   "periodic_runs", "queue_minutes", "queue_pauses",
-                                                   "schema_migrations", "workers"});
+                                                   "periodic_runs", "queue_caps", "queue_minutes",
+                                                   "queue_pauses", "schema_migrations", "workers"});
   Result others = conn.exec(
       "SELECT table_name || '.' || column_name || ':' || data_type || ':' || is_nullable"
       " FROM information_schema.columns WHERE table_schema = 'akadze'"
-      " AND table_name IN ('workers', 'periodic_runs', 'queue_pauses', 'limits', 'queue_minutes')"
+      " AND table_name IN ('workers', 'periodic_runs', 'queue_pauses', 'limits', 'queue_minutes',"
+      " 'queue_caps')"
       " ORDER BY table_name, ordinal_position");
   CHECK(Column(others) == std::vector<std::string>{
                               "limits.key:text:NO",
@@ -278,6 +279,9 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
                               "periodic_runs.name:text:NO",
                               "periodic_runs.fire_at:timestamp with time zone:NO",
                               "periodic_runs.job_id:bigint:YES",
+                              "queue_caps.queue:text:NO",
+                              "queue_caps.max_running:integer:NO",
+                              "queue_caps.set_at:timestamp with time zone:NO",
                               "queue_minutes.minute:timestamp with time zone:NO",
                               "queue_minutes.queue:text:NO",
                               "queue_minutes.succeeded:bigint:NO",
@@ -502,7 +506,8 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
                                                            "applied 004_claim_key_index",
                                                            "applied 005_limit_window_bound",
                                                            "applied 006_enqueue",
-                                                           "applied 007_status_page"});
+                                                           "applied 007_status_page",
+                                                           "applied 008_queue_caps"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});

@@ -144,6 +144,23 @@ TEST_CASE("ordered: settles as soon as slots eligible rows are known", "[planner
   CHECK(p.rows_known() == 12);
 }
 
+TEST_CASE("LowerSlots (a queue cap's room): fewer jobs from the reads already handed out", "[planner]") {
+  Queue q;
+  for (int i = 1; i <= 100; ++i) q.rows.push_back(Job(i, i % 2 ? std::optional<std::string>("a") : std::nullopt));
+  for (ClaimMode mode : {ClaimMode::kOrdered, ClaimMode::kFair}) {
+    ClaimPlanner p = Planner(mode, 10);
+    auto first = p.FirstReads();
+    CHECK(first[0].limit == 40);  // sized for 10 slots
+    CHECK_THROWS_AS(p.LowerSlots(0), std::invalid_argument);
+    CHECK_THROWS_AS(p.LowerSlots(11), std::invalid_argument);
+    p.LowerSlots(3);
+    Run run = Drive(p, q, {{"a", 100}}, first);
+    CHECK(run.step.plan == Ids{1, 2, 3});
+    // Once rows are in, the slots stay as they are.
+    CHECK_THROWS_AS(p.LowerSlots(2), std::logic_error);
+  }
+}
+
 TEST_CASE("windows double and continue after the last row read", "[planner]") {
   Queue q;
   for (int i = 1; i <= 100; ++i) q.rows.push_back(Job(i, "a"));  // a key at its limit

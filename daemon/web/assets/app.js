@@ -173,7 +173,7 @@ function queueRows(status) {
       el("td", {}, q.paused ? "paused since " + time(q.paused_at) : "active"),
       el("td", {class: "n"}, count(q.ready, q.ready_capped)),
       el("td", {class: "n"}, count(q.scheduled, q.scheduled_capped)),
-      el("td", {class: "n"}, String(q.running)),
+      el("td", {class: "n"}, q.max_running === null ? String(q.running) : `${q.running} / ${q.max_running}`),
       el("td", {class: "n"}, age(q.oldest_ready_age_seconds)),
       el("td", {class: "chart-cell"}, c.graphic,
         el("span", {class: "totals"}, `${c.succeeded} succeeded, ${c.failed} failed`)),
@@ -182,7 +182,7 @@ function queueRows(status) {
 }
 
 function renderOverview(status) {
-  const queueHeaders = ["queue", "state", "ready", "scheduled", "running", "oldest ready", "finished per minute, last hour"];
+  const queueHeaders = ["queue", "state", "ready", "scheduled", "running / cap", "oldest ready", "finished per minute, last hour"];
   if (status.actions.enabled) queueHeaders.push("");
   const held = status.held_keys.map((h) => el("tr", {}, el("td", {class: "name"}, h.key), el("td", {class: "n"}, count(h.queued, h.queued_capped))));
   const more = status.held_keys_total - status.held_keys.length;
