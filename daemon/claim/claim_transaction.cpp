@@ -58,6 +58,10 @@ struct ClaimOutcome {
   // (so it could not plan again, and claimed nothing): the caller claims
   // again without them.
   std::vector<std::int64_t> taken_elsewhere;
+  // A speculative claim ended its transaction and found a planned key held
+  // by another claim or without room: it claimed nothing, and the caller
+  // claims again without speculation.
+  bool speculation_failed = false;
 };
 
 // The statement that claims, all or nothing: locks the planned rows (FOR
@@ -68,15 +72,20 @@ struct ClaimOutcome {
 // at least: whether the lease fence held, the ids it could not lock, and a
 // claimed job per row (NULLs when none). Parameters: $1 ids, $2 worker, $3
 // keys whose starts are marked, $4-$5 the fence, $6 queue, $7 excluded ids,
-// $8 locked keys.
+// $8 locked keys; a speculative claim's keys (ClaimRun::ClaimPlan): $9 the
+// planned keys whose state came from counts without locks, $10 the jobs
+// planned of each, $11 the key whose lock the claim waited for (NULL: none).
+// With none ($9 empty) the check holds. When it does not, nothing changes,
+// as with the fence.
 const std::string& ClaimSql() {
   static const std::string sql =
       "WITH fence AS (SELECT " + LeaseFenceSql(4) + " AS held),"
+      " spec AS (" + SpeculativeKeysSql("$9::text[]", "$10::int8[]", "$11::text") + "),"
       " plan AS ("
       "  SELECT id, run_count < 2147483647 AND attempt < 2147483647 AS runnable"
       "  FROM akadze.jobs WHERE id = ANY($1::int8[]) AND queue = $6 AND id <> ALL($7::int8[]) AND " +
       std::string(kReadyJobSql) +
-      "  AND (SELECT held FROM fence) FOR UPDATE SKIP LOCKED),"
+      "  AND (SELECT held FROM fence) AND (SELECT ok FROM spec) FOR UPDATE SKIP LOCKED),"
       " missing AS (SELECT coalesce(array_agg(u.id), '{}') AS ids FROM unnest($1::int8[]) AS u(id)"
       "             WHERE NOT EXISTS (SELECT 1 FROM plan WHERE plan.id = u.id)),"
       " claimed AS ("
@@ -99,8 +108,9 @@ const std::string& ClaimSql() {
       " marks AS (INSERT INTO akadze.limit_starts (key, started_at)"
       "           SELECT limit_key, now() FROM claimed"
       "           WHERE runnable AND limit_key = ANY($3::text[])),"
-      " purge AS (" + PurgeStartsSql("$8::text[]") + ")"
-      " SELECT claimed.*, fence.held, missing.ids FROM fence CROSS JOIN missing LEFT JOIN claimed ON true";
+      " purge AS (" + PurgeStartsSql("($8::text[] || (SELECT held FROM spec))") + ")"
+      " SELECT claimed.*, fence.held, missing.ids, spec.ok"
+      " FROM fence CROSS JOIN missing CROSS JOIN spec LEFT JOIN claimed ON true";
   return sql;
 }
 
@@ -138,11 +148,12 @@ constexpr const char* kQueueCapSql =
 // adds its read and its keys' locks; aging adds the levels' read.
 class ClaimRun {
  public:
-  ClaimRun(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end)
+  ClaimRun(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end, bool speculate)
       : tx_(tx),
         request_(request),
         one_at_a_time_(one_at_a_time),
         end_(end),
+        speculate_(speculate && end == ClaimEnd::kCommit),
         ctx_(MakeReadContext(request.queue, request.aging_us)),
         round_trips_before_(tx.connection().round_trips()) {
     result().worker_id = request.worker_id.empty() ? RandomUuid() : request.worker_id;
@@ -316,7 +327,9 @@ class ClaimRun {
     }
     // Keys first seen in rows: those a count without locks found held or at
     // their limit are skipped unlocked; the others are locked and counted
-    // again (one round trip).
+    // again (one round trip). A speculative claim plans on the count
+    // without locks instead, and locks the keys it planned in the round
+    // trip of its claiming statement (ClaimPlan).
     std::vector<std::string> fresh = planner_->KeysNeedingState();
     if (fresh.empty()) return;
     std::vector<std::string> to_lock;
@@ -324,10 +337,14 @@ class ClaimRun {
       auto it = unlocked_.counts.find(key);
       if (it != unlocked_.counts.end() && it->second.allowed <= 0) {
         SetKeyState(key, KeyInfo{0, false});
+      } else if (it != unlocked_.counts.end() && speculate_) {
+        SetKeyState(key, it->second);
+        speculative_.insert(key);
       } else {
         to_lock.push_back(key);
       }
     }
+    if (to_lock.empty()) return;
     auto info = LockAndCountKeys(tx_, to_lock, &may_wait_, &result().keys_locked_elsewhere, &locked_keys_);
     for (const std::string& key : to_lock) SetKeyState(key, info[key]);
   }
@@ -344,28 +361,65 @@ class ClaimRun {
   // the queue). It counts no start and holds no slot. The fence is checked
   // again as this statement runs: the lease may have run out since the
   // head (a cut between the two), and nothing is claimed then.
+  //
+  // A speculative claim (ClaimRun::speculate_) planned the keys it saw
+  // first on their counts without locks. The claiming statement goes after
+  // those keys' locks and recount (KeyLockRound), in the same round trip,
+  // and claims only if every such planned key is held and, counted again
+  // in the claiming statement (whose snapshot follows the locks), still
+  // has room for its planned jobs (SpeculativeKeysSql). Otherwise it
+  // changes nothing, its transaction ends, and RunClaim claims again
+  // without speculation. Under the queue's claim lock only a claim of
+  // another queue can take a key's room in between, so the check rarely
+  // fails; and the claim lock is held for one round trip less.
   bool ClaimPlan() {
     ++result().lock_rounds;
-    // The keys whose claimed jobs each leave a start mark.
+    // The keys whose claimed jobs each leave a start mark, and the
+    // speculative keys planned, with their planned jobs.
     std::vector<std::string> start_marks;
+    std::vector<std::string> spec_keys;
+    std::vector<std::int64_t> spec_counts;
     for (std::int64_t id : step_.plan) {
       const ReadyRow* row = planner_->Find(id);
-      if (row->limit_key && keys_[*row->limit_key].records_starts &&
-          std::find(start_marks.begin(), start_marks.end(), *row->limit_key) == start_marks.end()) {
-        start_marks.push_back(*row->limit_key);
+      if (!row->limit_key) continue;
+      const std::string& key = *row->limit_key;
+      if (keys_[key].records_starts && std::find(start_marks.begin(), start_marks.end(), key) == start_marks.end()) {
+        start_marks.push_back(key);
+      }
+      if (speculative_.contains(key)) {
+        const auto at = std::find(spec_keys.begin(), spec_keys.end(), key);
+        if (at == spec_keys.end()) {
+          spec_keys.push_back(key);
+          spec_counts.push_back(1);
+        } else {
+          ++spec_counts[static_cast<std::size_t>(at - spec_keys.begin())];
+        }
       }
     }
+    std::optional<KeyLockRound> round;
+    if (!spec_keys.empty()) round.emplace(spec_keys, may_wait_);
     pg::Params params;
     params.add_array(step_.plan).add(result().worker_id).add_array(start_marks);
     params.add(request_.lease_span_us).add(result().worker_id);
     params.add(request_.queue).add_array(request_.exclude_ids).add_array(locked_keys_);
-    const pg::PipelinedStatement claim_statement{ClaimSql(), &params};
-    pg::Result claimed;
+    params.add_array(spec_keys).add_array(spec_counts);
+    params.add(round && round->waited_key() ? std::optional<std::string>(*round->waited_key()) : std::nullopt);
+    std::vector<pg::PipelinedStatement> statements;
+    if (round) round->AddStatements(statements);
+    statements.push_back({ClaimSql(), &params});
+    std::vector<pg::Result> results;
     if (end_ == ClaimEnd::kCaller) {
-      claimed = std::move(tx_.pipeline(std::span(&claim_statement, 1)).front());
+      results = tx_.pipeline(statements);
     } else {
-      claimed = std::move(tx_.end_after(std::span(&claim_statement, 1), end_ == ClaimEnd::kCommit).front());
+      results = tx_.end_after(statements, end_ == ClaimEnd::kCommit);
       outcome_.ended = true;
+    }
+    const pg::Result& claimed = results.back();
+    if (round) {
+      for (auto& [key, info] : round->Read(results, &result().keys_locked_elsewhere, &locked_keys_)) {
+        SetKeyState(key, info);
+        speculative_.erase(key);
+      }
     }
     // It locked rows (those it could): from now on no key lock may wait, so
     // a claim never waits while holding a row another claim may wait for.
@@ -374,6 +428,11 @@ class ClaimRun {
     if (!claimed.boolean(0, runnable_column + 1)) {
       // Only the fence leaves every planned row unchanged.
       result().fenced = true;
+      return true;
+    }
+    if (!claimed.boolean(0, runnable_column + 3)) {
+      // A speculative key was held elsewhere or had no room: nothing claimed.
+      outcome_.speculation_failed = true;
       return true;
     }
     if (std::vector<std::int64_t> missing = claimed.int64_array(0, runnable_column + 2); !missing.empty()) {
@@ -460,6 +519,10 @@ class ClaimRun {
   const ClaimRequest& request_;
   const bool one_at_a_time_;
   const ClaimEnd end_;
+  // Plan keys first seen on their counts without locks, and lock them with
+  // the claiming statement (ClaimPlan); only when that statement ends the
+  // transaction.
+  const bool speculate_;
   const ReadContext ctx_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   const std::int64_t round_trips_before_;
@@ -475,17 +538,21 @@ class ClaimRun {
   UnlockedCounts unlocked_;
   std::vector<std::string> locked_keys_;
   bool may_wait_ = true;
+  // Keys whose state came from a count without locks (speculate_), not yet
+  // locked and counted again.
+  std::unordered_set<std::string> speculative_;
 };
 
-ClaimOutcome Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end) {
+ClaimOutcome Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end,
+                   bool speculate) {
   ValidateClaimRequest(request);
-  return ClaimRun(tx, request, one_at_a_time, end).Run();
+  return ClaimRun(tx, request, one_at_a_time, end, speculate).Run();
 }
 
 }  // namespace
 
 ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request) {
-  return Claim(tx, request, /*one_at_a_time=*/false, ClaimEnd::kCaller).result;
+  return Claim(tx, request, /*one_at_a_time=*/false, ClaimEnd::kCaller, /*speculate=*/false).result;
 }
 
 ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
@@ -497,14 +564,17 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   const bool hooks = request.before_commit && !request.dry_run;
   ClaimRequest again = request;
   ClaimResult result;
-  int windows = 0, keyed_windows = 0, lock_rounds = 0, keys_locked_elsewhere = 0;
+  int windows = 0, keyed_windows = 0, lock_rounds = 0, keys_locked_elsewhere = 0, speculation_failures = 0;
   std::int64_t rows_read = 0;
   // A claim that ended its transaction and found planned rows held or taken
   // by another transaction (an application's lock, an admin command) claimed
   // nothing: it runs again without those rows, as the claim would have
   // planned again in its transaction. The last try plans again in its
   // transaction and commits after, so a claim always makes progress.
+  // A claim also runs again, without speculation, when its speculation
+  // failed (ClaimRun::ClaimPlan).
   constexpr int kTries = 4;
+  bool speculate = true;
   for (int attempt = 1;; ++attempt) {
     const ClaimEnd end = hooks || attempt == kTries ? ClaimEnd::kCaller
                          : request.dry_run          ? ClaimEnd::kRollback
@@ -519,7 +589,7 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
     // transaction, planned as the server says, as on every other transition.
     pg::Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED", pg::Transaction::Begin::kWithFirstStatement,
                        hooks ? pg::Transaction::Plans::kServerDefault : pg::Transaction::Plans::kGeneric);
-    ClaimOutcome outcome = Claim(tx, again, /*one_at_a_time=*/true, end);
+    ClaimOutcome outcome = Claim(tx, again, /*one_at_a_time=*/true, end, speculate);
     result = std::move(outcome.result);
     windows += result.windows;
     keyed_windows += result.keyed_windows;
@@ -539,6 +609,11 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
         tx.commit();
       }
     }
+    if (outcome.speculation_failed) {
+      ++speculation_failures;
+      speculate = false;
+      continue;
+    }
     if (outcome.taken_elsewhere.empty()) break;
     again.exclude_ids.insert(again.exclude_ids.end(), outcome.taken_elsewhere.begin(),
                              outcome.taken_elsewhere.end());
@@ -548,6 +623,7 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   result.rows_read = rows_read;
   result.lock_rounds = lock_rounds;
   result.keys_locked_elsewhere = keys_locked_elsewhere;
+  result.speculation_failures = speculation_failures;
   result.elapsed_ms = MillisecondsSince(started);  // the whole transaction, COMMIT included
   result.round_trips = static_cast<int>(conn.round_trips() - round_trips_before);
   return result;

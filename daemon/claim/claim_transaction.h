@@ -89,6 +89,10 @@ struct ClaimResult {
   std::int64_t rows_read = 0;    // rows those reads (and catch-ups) returned
   int lock_rounds = 0;           // claiming statements (FOR UPDATE SKIP LOCKED rounds)
   int keys_locked_elsewhere = 0; // keys skipped because another claim held them
+  // RunClaim: claims that ended without a job because a key planned on its
+  // count without locks was taken meanwhile, and ran again (docs/claim.md,
+  // "Speculative key locks").
+  int speculation_failures = 0;
   bool paused = false;           // the queue is paused: nothing claimed
   // The queue's cap (akadze.queue_caps) and its running jobs when the claim
   // held the claim lock; nullopt: the queue has no cap.

@@ -79,34 +79,45 @@ std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx, const st
 // were granted and includes every claim that held a key's lock before us:
 // no two claims see the same free slot. The count covers every key; only
 // those locked are believed. A key another claim holds gets allowed = 0.
-std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
-                                                          const std::vector<std::string>& keys,
-                                                          bool* may_wait, int* locked_elsewhere,
-                                                          std::vector<std::string>* locked) {
-  std::unordered_map<std::string, KeyInfo> info;
-  if (keys.empty()) return info;
+KeyLockRound::KeyLockRound(std::vector<std::string> keys, bool may_wait)
+    : keys_(std::move(keys)), may_wait_(may_wait) {
+  tried_.assign(keys_.begin() + (may_wait_ ? 1 : 0), keys_.end());
+  first_.add(keys_.front());
+  rest_.add_array(tried_);
+  all_.add_array(keys_);
+}
+
+int KeyLockRound::statement_count() const { return (may_wait_ ? 1 : 0) + (tried_.empty() ? 0 : 1) + 1; }
+
+void KeyLockRound::AddStatements(std::vector<pg::PipelinedStatement>& out) const {
   static const std::string kWait =
       std::string("SELECT pg_advisory_xact_lock(") + kKeyLock + ") FROM (SELECT $1::text AS k) x";
-  static const std::string kTry = std::string("SELECT k, pg_try_advisory_xact_lock(") + kKeyLock +
-                                  ") FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n";
+  // The keys got go into akadzed.claim_keys as well (SpeculativeKeysSql):
+  // a try-lock in a later statement could not tell a lock held since this
+  // statement from one got just then, after that statement's snapshot.
+  static const std::string kTry =
+      std::string("WITH t AS MATERIALIZED (SELECT k, n, pg_try_advisory_xact_lock(") + kKeyLock +
+      ") AS got FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n)),"
+      " c AS (SELECT set_config('akadzed.claim_keys',"
+      "   (SELECT coalesce(json_agg(k) FILTER (WHERE got), '[]')::text FROM t), true))"
+      " SELECT t.k, t.got FROM t CROSS JOIN c ORDER BY t.n";
   static const std::string kCount = KeyCountsSql("SELECT unnest($1::text[])");
-  const bool wait = *may_wait;
-  std::vector<std::string> tried(keys.begin() + (wait ? 1 : 0), keys.end());
-  pg::Params first = pg::Params().add(keys.front());
-  pg::Params rest = pg::Params().add_array(tried);
-  pg::Params all = pg::Params().add_array(keys);
-  std::vector<pg::PipelinedStatement> statements;
-  if (wait) statements.push_back({kWait, &first});
-  if (!tried.empty()) statements.push_back({kTry, &rest});
-  statements.push_back({kCount, &all});
-  std::vector<pg::Result> results = tx.pipeline(statements);
-  if (wait) {
-    *may_wait = false;
-    locked->push_back(keys.front());
-  }
+  if (may_wait_) out.push_back({kWait, &first_});
+  if (!tried_.empty()) out.push_back({kTry, &rest_});
+  out.push_back({kCount, &all_});
+}
+
+std::unordered_map<std::string, KeyInfo> KeyLockRound::Read(std::span<const pg::Result> results,
+                                                            int* locked_elsewhere,
+                                                            std::vector<std::string>* locked) const {
+  std::unordered_map<std::string, KeyInfo> info;
   std::unordered_set<std::string> held(locked->begin(), locked->end());
-  if (!tried.empty()) {
-    const pg::Result& r = results[wait ? 1 : 0];
+  if (may_wait_) {
+    held.insert(keys_.front());
+    locked->push_back(keys_.front());
+  }
+  if (!tried_.empty()) {
+    const pg::Result& r = results[may_wait_ ? 1 : 0];
     for (int i = 0; i < r.rows(); ++i) {
       std::string key(r.text(i, 0));
       if (r.boolean(i, 1)) {
@@ -117,13 +128,40 @@ std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
       }
     }
   }
-  const pg::Result& counted = results.back();
+  const pg::Result& counted = results[static_cast<std::size_t>(statement_count() - 1)];
   for (int i = 0; i < counted.rows(); ++i) {
     std::string key(counted.text(i, 0));
     if (held.contains(key)) info[key] = KeyInfoAt(counted, i, 0);
   }
-  for (const std::string& key : keys) info.try_emplace(key, KeyInfo{0, false});
+  for (const std::string& key : keys_) info.try_emplace(key, KeyInfo{0, false});
   return info;
+}
+
+std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
+                                                          const std::vector<std::string>& keys,
+                                                          bool* may_wait, int* locked_elsewhere,
+                                                          std::vector<std::string>* locked) {
+  if (keys.empty()) return {};
+  const KeyLockRound round(keys, *may_wait);
+  std::vector<pg::PipelinedStatement> statements;
+  round.AddStatements(statements);
+  std::vector<pg::Result> results = tx.pipeline(statements);
+  *may_wait = false;
+  return round.Read(results, locked_elsewhere, locked);
+}
+
+std::string SpeculativeKeysSql(const std::string& keys_param, const std::string& counts_param,
+                               const std::string& waited_param) {
+  // The allowance is StartsAllowed (key_limits.h) in SQL.
+  return "SELECT coalesce(bool_and(h.held AND CASE WHEN c.has_row IS NOT TRUE THEN 0"
+         "   ELSE GREATEST(LEAST(coalesce(c.max_running - c.running, 9223372036854775807),"
+         "                       coalesce(c.max_starts - c.starts, 9223372036854775807)), 0) END >= p.n), true) AS ok,"
+         " coalesce(array_agg(p.key) FILTER (WHERE h.held), '{}') AS held"
+         " FROM unnest(" + keys_param + ", " + counts_param + ") AS p(key, n)"
+         " CROSS JOIN LATERAL (SELECT p.key = " + waited_param + " IS TRUE"
+         "   OR p.key IN (SELECT jsonb_array_elements_text(coalesce(nullif("
+         "        current_setting('akadzed.claim_keys', true), ''), '[]')::jsonb)) AS held) h"
+         " LEFT JOIN (" + KeyCountsSql("SELECT unnest(" + keys_param + ")") + ") c ON c.key = p.key";
 }
 
 }  // namespace akadzed

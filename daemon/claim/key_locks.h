@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,6 +38,43 @@ KeyInfo KeyInfoAt(const pg::Result& r, int row, int first);
 // Reads each key's applicable limits and counts its running jobs and starts.
 std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx, const std::vector<std::string>& keys);
 
+// One round of key locks and their recount, as statements to send in one
+// pipeline: alone (LockAndCountKeys), or followed by the claiming statement
+// when the claim planned on the counts without locks (a speculative claim,
+// claim_transaction.cpp), which then checks with SpeculativeKeysSql that
+// the keys it planned are held and still have room.
+//
+// The first lock waits when `may_wait`; the rest are try-locks, which also
+// record the keys they got in the transaction-local setting
+// akadzed.claim_keys (a JSON array), for a later statement of the
+// transaction to read.
+class KeyLockRound {
+ public:
+  // `keys` not empty.
+  KeyLockRound(std::vector<std::string> keys, bool may_wait);
+  KeyLockRound(const KeyLockRound&) = delete;
+  KeyLockRound& operator=(const KeyLockRound&) = delete;
+
+  // Appends the round's statements (they point into this object).
+  void AddStatements(std::vector<pg::PipelinedStatement>& out) const;
+  int statement_count() const;
+  // The key whose lock the round waits for, if any.
+  const std::string* waited_key() const { return may_wait_ ? &keys_.front() : nullptr; }
+  // The KeyInfo of every key from the round's results (`results` from its
+  // first statement on): a key another claim holds gets allowed = 0 and
+  // counts in `*locked_elsewhere`; the keys locked are appended to `*locked`.
+  std::unordered_map<std::string, KeyInfo> Read(std::span<const pg::Result> results, int* locked_elsewhere,
+                                                std::vector<std::string>* locked) const;
+
+ private:
+  std::vector<std::string> keys_;
+  bool may_wait_;
+  std::vector<std::string> tried_;
+  pg::Params first_;
+  pg::Params rest_;
+  pg::Params all_;
+};
+
 // Decides how many jobs each of `keys` may start in this claim (see above):
 // keys are locked and counted in one round trip. The first lock may wait
 // when `*may_wait` (then cleared); a key another claim holds gets allowed =
@@ -45,6 +83,17 @@ std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
                                                           const std::vector<std::string>& keys,
                                                           bool* may_wait, int* locked_elsewhere,
                                                           std::vector<std::string>* locked);
+
+// The check of a speculative claim, as a query of one row (ok, held): `ok`
+// when every key of `keys_param` (text[]) is held by this transaction, the
+// waited key `waited_param` (text, NULL: none) or one the KeyLockRound's
+// try-locks recorded, and may start at least the matching count of
+// `counts_param` (int8[]) jobs, counted in this statement (whose snapshot
+// follows the round's locks); `held`: those of the keys that are held
+// (text[]). Run in a statement after the KeyLockRound's, in the same
+// transaction.
+std::string SpeculativeKeysSql(const std::string& keys_param, const std::string& counts_param,
+                               const std::string& waited_param);
 
 // A data-modifying CTE body that deletes the start marks of the keys in
 // `keys_param` (an SQL expression of type text[]) that are outside every

@@ -424,6 +424,29 @@ TEST_CASE("rows another transaction holds are skipped: the next ones are claimed
   CHECK(ClaimIds(conn, 2) == Ids{j1});
 }
 
+TEST_CASE("a speculative claim locks its keys in the claiming statement's round trip: 2 in all",
+          "[claim][locks]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  SetLimit(conn, LimitRow{"*", 2, std::nullopt, std::nullopt});
+  SetLimit(conn, LimitRow{"rated", 5, 3, 60'000'000});
+  Ids a, rated;
+  for (int i = 0; i < 3; ++i) a.push_back(Enqueue(conn, "a"));
+  for (int i = 0; i < 4; ++i) rated.push_back(Enqueue(conn, "rated"));
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 10;
+  ClaimResult first = RunClaim(conn, r);
+  CHECK(first.round_trips == 2);
+  CHECK(first.speculation_failures == 0);
+  CHECK(first.jobs.size() == 5);  // 2 of a (max_running), 3 of rated (max_starts)
+  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts WHERE key = 'rated'").int64(0, 0) == 3);
+  // The counts were right: nothing more of either key until one finishes.
+  ClaimResult second = RunClaim(conn, r);
+  CHECK(second.jobs.empty());
+  Finish(conn, a[0]);
+  CHECK(ClaimIds(conn, 10) == Ids{a[2]});
+}
+
 TEST_CASE("a key whose lock another claim holds is skipped without waiting", "[claim][locks]") {
   pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
   std::string db(conn.exec("SELECT current_database()").text(0, 0));
@@ -442,7 +465,11 @@ TEST_CASE("a key whose lock another claim holds is skipped without waiting", "[c
   Ids ids;
   for (const auto& j : res.jobs) ids.push_back(j.id);
   CHECK(ids == Ids{b1, n1});
-  CHECK(res.keys_locked_elsewhere == 1);
+  // The first try planned a and b on their counts without locks (a
+  // speculative claim), found a's lock held and claimed nothing; the second,
+  // without speculation, skipped a. Each try counted a as locked elsewhere.
+  CHECK(res.speculation_failures == 1);
+  CHECK(res.keys_locked_elsewhere == 2);
   holder.rollback();
   CHECK(ClaimIds(conn, 10) == Ids{a1});
 }
