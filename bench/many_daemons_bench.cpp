@@ -120,6 +120,7 @@
 #include <vector>
 
 #include "delayed_network.h"
+#include "process_cpu.h"
 #include "embedded/throwaway_postgres.h"
 #include "pg/connection.h"
 #include "schema/migrations.h"
@@ -132,6 +133,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using bench::ProcStat;
+using bench::ReadProcStat;
 using namespace std::chrono_literals;
 
 constexpr const char* kQueue = "bench";
@@ -253,38 +256,6 @@ std::string Tail(const std::string& path, int lines) {
     out += "    " + all[i] + "\n";
   }
   return out;
-}
-
-// A process's parent pid and user + system CPU seconds, from /proc/PID/stat;
-// nullopt when it is gone.
-struct ProcStat {
-  int ppid = 0;
-  double cpu_s = 0;
-  double reaped_children_cpu_s = 0;  // cutime + cstime: children it waited for
-};
-std::optional<ProcStat> ReadProcStat(int pid) {
-  const int fd = open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string text;
-  char buffer[1024];
-  for (;;) {
-    const ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  close(fd);
-  const std::size_t close_paren = text.rfind(')');
-  if (close_paren == std::string::npos || close_paren + 2 >= text.size()) return std::nullopt;
-  std::istringstream fields(text.substr(close_paren + 2));
-  std::vector<std::string> f;
-  for (std::string w; fields >> w;) f.push_back(w);
-  if (f.size() < 15) return std::nullopt;
-  // After "pid (comm) ": state, ppid, ..., utime (14th field), stime,
-  // cutime, cstime (17th).
-  static const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return ProcStat{std::stoi(f[1]), (std::stod(f[11]) + std::stod(f[12])) / ticks,
-                  (std::stod(f[13]) + std::stod(f[14])) / ticks};
 }
 
 // CPU seconds of every child of `postmaster` (backends and background
