@@ -80,7 +80,7 @@ struct ClaimOutcome {
 const std::string& ClaimSql() {
   static const std::string sql =
       "WITH fence AS (SELECT " + LeaseFenceSql(4) + " AS held),"
-      " spec AS (" + SpeculativeKeysSql("$9::text[]", "$10::int8[]", "$11::text") + "),"
+      " spec AS (" + SpeculativeKeysSql("$9::text[]", "$10::int8[]", "$11::text", "$3::text[]") + "),"
       " plan AS ("
       "  SELECT id, run_count < 2147483647 AND attempt < 2147483647 AS runnable"
       "  FROM akadze.jobs WHERE id = ANY($1::int8[]) AND queue = $6 AND id <> ALL($7::int8[]) AND " +

@@ -151,11 +151,15 @@ std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
 }
 
 std::string SpeculativeKeysSql(const std::string& keys_param, const std::string& counts_param,
-                               const std::string& waited_param) {
+                               const std::string& waited_param, const std::string& marks_param) {
   // The allowance is StartsAllowed (key_limits.h) in SQL.
   return "SELECT coalesce(bool_and(h.held AND CASE WHEN c.has_row IS NOT TRUE THEN 0"
          "   ELSE GREATEST(LEAST(coalesce(c.max_running - c.running, 9223372036854775807),"
-         "                       coalesce(c.max_starts - c.starts, 9223372036854775807)), 0) END >= p.n), true) AS ok,"
+         "                       coalesce(c.max_starts - c.starts, 9223372036854775807)), 0) END >= p.n"
+         // The start marks were decided on the row the count without locks
+         // saw: a row changed since (a max_starts set or removed) fails the
+         // check, or the claim would start jobs without marking them.
+         "   AND (c.max_starts IS NOT NULL) = (p.key = ANY(" + marks_param + "))), true) AS ok,"
          " coalesce(array_agg(p.key) FILTER (WHERE h.held), '{}') AS held"
          " FROM unnest(" + keys_param + ", " + counts_param + ") AS p(key, n)"
          " CROSS JOIN LATERAL (SELECT p.key = " + waited_param + " IS TRUE"

@@ -90,10 +90,12 @@ std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
 // try-locks recorded, and may start at least the matching count of
 // `counts_param` (int8[]) jobs, counted in this statement (whose snapshot
 // follows the round's locks); `held`: those of the keys that are held
-// (text[]). Run in a statement after the KeyLockRound's, in the same
+// (text[]). `marks_param` (text[]): the keys whose starts the claim marks;
+// a key's applicable row must cap starts exactly when it is among them.
+// Run in a statement after the KeyLockRound's, in the same
 // transaction.
 std::string SpeculativeKeysSql(const std::string& keys_param, const std::string& counts_param,
-                               const std::string& waited_param);
+                               const std::string& waited_param, const std::string& marks_param);
 
 // A data-modifying CTE body that deletes the start marks of the keys in
 // `keys_param` (an SQL expression of type text[]) that are outside every
