@@ -138,7 +138,8 @@ class ClaimPlanner {
   void RemoveRows(std::span<const std::int64_t> ids);
 
   // Lowers the slots to `slots` (1 <= slots <= the current slots): a queue
-  // cap's room, known only once the claim's first read is under way. Only
+  // cap's room, or the caller's free slots counted once the claim holds the
+  // claim lock, known only once the claim's first read is under way. Only
   // before any rows are added and before Plan() (std::logic_error
   // otherwise). Reads already handed out keep their size: a window larger
   // than slots * 4 reads rows the plan may not need, which is all it costs

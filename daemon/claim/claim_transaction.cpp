@@ -19,6 +19,9 @@ namespace akadzed {
 
 void ValidateClaimRequest(const ClaimRequest& request) {
   if (request.slots < 1) throw std::invalid_argument("slots must be at least 1");
+  if (request.expected_slots < 0 || request.expected_slots > request.slots) {
+    throw std::invalid_argument("expected slots must be from 0 to slots");
+  }
   if (!request.worker_id.empty() && !IsUuid(request.worker_id)) {
     throw std::invalid_argument("worker id '" + request.worker_id + "' is not a UUID");
   }
@@ -213,6 +216,8 @@ class ClaimRun {
     ClaimPlannerOptions options;
     options.mode = request_.mode;
     options.slots = request_.slots;
+    const int expected = request_.expected_slots > 0 ? request_.expected_slots : request_.slots;
+    options.first_window = std::int64_t{expected} * 4;
     const pg::Params cap_params = pg::Params().add(request_.queue);
     pg::Result head;
     pg::Result cap;
@@ -227,7 +232,7 @@ class ClaimRun {
       // Each priority level is a stream of its own (within a level,
       // effective priority never increases), read only when the plan needs
       // it, usually for a few rows: its first window is `slots` rows.
-      options.first_window = request_.slots;
+      options.first_window = expected;
       options.stream_count = static_cast<int>(std::max<std::size_t>(1, levels_.size()));
       planner_.emplace(options);
     } else {
@@ -253,6 +258,7 @@ class ClaimRun {
       result().paused = true;
       return false;
     }
+    std::int64_t slots = request_.slots;
     if (cap.rows() > 0) {
       result().queue_cap = cap.int64(0, 0);
       result().queue_running = cap.int64(0, 1);
@@ -261,8 +267,15 @@ class ClaimRun {
         result().capped = true;
         return false;
       }
-      if (room < request_.slots) planner_->LowerSlots(static_cast<int>(room));
+      slots = std::min(slots, room);
     }
+    // The caller's slots, counted now that the claim holds the claim lock:
+    // those that freed while it waited are taken too.
+    if (request_.slots_at_lock) {
+      slots = std::min<std::int64_t>(slots, request_.slots_at_lock());
+      if (slots < 1) return false;
+    }
+    if (slots < request_.slots) planner_->LowerSlots(static_cast<int>(slots));
     result().streams = options.stream_count;
     if (request_.aging_us) {
       if (levels_.empty()) return false;

@@ -47,7 +47,21 @@ namespace akadzed {
 
 struct ClaimRequest {
   std::string queue = "default";
+  // The most jobs the claim takes.
   int slots = 1;
+  // The jobs the claim expects to take, 1..slots (0: slots). It sizes the
+  // claim's first window read (slots * 4 rows), so a request whose slots
+  // may free while it waits (slots_at_lock) reads no more rows at first
+  // than the slots free when it was sent need.
+  int expected_slots = 0;
+  // Asked once per try of the claim, after its first round trip (RunClaim:
+  // once it holds the queue's claim lock), how many jobs the caller can take
+  // now; the claim takes at most min(slots, that), and nothing when that is
+  // below 1. A caller whose slots free while its claim waits for the claim
+  // lock takes them in this claim rather than in a claim of its own that
+  // waits again (docs/claim.md, "Slots counted at the lock"). Called on the
+  // claiming thread. Empty: `slots`.
+  std::function<int()> slots_at_lock;
   ClaimMode mode = ClaimMode::kOrdered;
   // Worker uuid written to claimed jobs; empty: a random one is made.
   std::string worker_id;

@@ -3,6 +3,7 @@
 // claim, rows locked by another transaction, dry runs, windows.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <optional>
@@ -273,6 +274,59 @@ TEST_CASE("a queue cap is counted after the claim lock: a claim waiting behind a
   CHECK(got.queue_running == 3);
   CHECK(got.jobs.size() == 1);
   CHECK(conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0) == 4);
+}
+
+TEST_CASE("slots counted at the lock: a claim takes what its caller freed while it waited for the claim lock",
+          "[claim][slots_at_lock]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection holder = pg::Connection::Open(db);
+  Ids queued;
+  for (int i = 0; i < 8; ++i) queued.push_back(Enqueue(conn, std::nullopt));
+  // Another claim of the queue holds the claim lock.
+  pg::Transaction tx(holder);
+  tx.exec("SELECT pg_advisory_xact_lock(hashtextextended('akadze.claim_queue:q', 0))");
+  std::atomic<int> asked{0};
+  std::atomic<int> free_now{1};
+  std::future<ClaimResult> waiting = std::async(std::launch::async, [&] {
+    pg::Connection c = pg::Connection::Open(db);
+    ClaimRequest r;
+    r.queue = "q";
+    r.slots = 6;
+    r.expected_slots = 1;  // one slot free when it was sent
+    r.slots_at_lock = [&] {
+      ++asked;
+      return free_now.load();
+    };
+    return RunClaim(c, r);
+  });
+  REQUIRE(test::WaitUntil([&] {
+    return conn.exec("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").int64(0, 0) == 1;
+  }));
+  // Not asked while it waits; three more slots free meanwhile.
+  CHECK(asked == 0);
+  free_now = 4;
+  tx.commit();
+  ClaimResult got = waiting.get();
+  CHECK(asked == 1);
+  // Four, in order: more than its first window of 4 rows would have needed
+  // for the one slot, never more than `slots`.
+  CHECK(got.jobs.size() == 4);
+  for (std::size_t i = 0; i < got.jobs.size() && i < 4; ++i) CHECK(got.jobs[i].id == queued[i]);
+
+  // At most `slots`, whatever the caller says; nothing when it says none.
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 2;
+  r.slots_at_lock = [] { return 100; };
+  CHECK(RunClaim(conn, r).jobs.size() == 2);
+  r.slots_at_lock = [] { return 0; };
+  ClaimResult none = RunClaim(conn, r);
+  CHECK(none.jobs.empty());
+  CHECK(conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'queued'").int64(0, 0) == 2);
+  // expected_slots beyond slots is a bad request.
+  r.expected_slots = 3;
+  CHECK_THROWS_AS(RunClaim(conn, r), std::invalid_argument);
 }
 
 TEST_CASE("a claim marks jobs running, fenced, and records starts of rate-limited keys",
