@@ -52,7 +52,8 @@
 //   running       the mean in the window and the peak over the run of the
 //                 queue's running jobs, sampled every ~2 ms on a direct
 //                 connection (a job counts as running from its claim until
-//                 its finish is recorded);
+//                 its finish is recorded; with --prefetch, the prefetched
+//                 jobs waiting for a slot count too);
 //   overshoots    samples in which a key ran more than its max_running, or
 //                 the queue more than --queue-cap: must be 0;
 //   CPU µs/job    the daemons' CPU (utime + stime of the D processes, from
@@ -81,7 +82,7 @@
 //
 // Usage: many_daemons_bench [--configs 16x4,64x1] [--delay-ms 0,0.5]
 //                           [--seconds 30] [--warmup 5] [--min-ms 20] [--max-ms 100]
-//                           [--keys 30] [--key-max-running 4] [--queue-cap N]
+//                           [--keys 30] [--key-max-running 4] [--queue-cap N] [--prefetch N]
 //                           [--mode fair|ordered] [--poll-interval 1s]
 //                           [--akadzed PATH] [--plugin PATH] [--top-statements N] [--keep-logs]
 // The daemon binary: --akadzed, else $AKADZED_BIN, else the build tree's.
@@ -163,6 +164,7 @@ struct Settings {
   int keys = 30;
   int key_max_running = 4;
   std::optional<int> queue_cap;
+  int prefetch = 0;  // queues[].prefetch of every daemon (0: not written)
   std::string mode = "fair";
   std::string poll_interval = "1s";
   std::string akadzed;
@@ -563,14 +565,16 @@ std::string DaemonConfigYaml(const Settings& st, const DaemonShape& shape, const
       "  poll_interval: {}\n"
       "  shutdown_timeout: 10s\n"
       "queues:\n"
-      "  - {{name: {}, slots: {}, mode: {}}}\n"
+      "  - {{name: {}, slots: {}, mode: {}{}}}\n"
       "handlers:\n"
       "  {}:\n"
       "    plugin: {{path: \"{}\", config: {{min_ms: {}, max_ms: {}}}}}\n"
       "pruning: {{enabled: false}}\n"
       "metrics: {{enabled: false}}\n"
       "logging: {{level: warn, format: logfmt}}\n",
-      st.poll_interval, kQueue, shape.slots, st.mode, kTask, plugin, st.min_ms, st.max_ms);
+      st.poll_interval, kQueue, shape.slots, st.mode,
+      st.prefetch > 0 ? fmt::format(", prefetch: {}", st.prefetch) : std::string(), kTask, plugin, st.min_ms,
+      st.max_ms);
 }
 
 // The most jobs that can run at once, and what bounds it: the slots
@@ -1001,6 +1005,9 @@ int main(int argc, char** argv) {
   CLI::Option* cap_option =
       app.add_option("--queue-cap", queue_cap, "Cluster-wide cap on the queue's running jobs (akadze.queue_caps)")
           ->check(CLI::Range(1, 1000000));
+  app.add_option("--prefetch", st.prefetch,
+                 "Jobs each daemon claims beyond its slots (queues[].prefetch; default 0, not written)")
+      ->check(CLI::Range(0, 10000));
   app.add_option("--mode", st.mode, "The queue's mode: fair (default) or ordered")
       ->check(CLI::IsMember({"fair", "ordered"}));
   app.add_option("--poll-interval", st.poll_interval, "The daemons' worker.poll_interval (default 1s)");

@@ -443,6 +443,7 @@ class Reader {
       }
     }
     q.slots = static_cast<int>(Integer(Required(item, fields, "slots"), 1, 10000));
+    if (const Item* prefetch = Find(fields, "prefetch")) q.prefetch = static_cast<int>(Integer(*prefetch, 0, 10000));
     if (const Item* mode = Find(fields, "mode")) {
       q.mode = OneOf(*mode, {"ordered", "fair"}) == "fair" ? ClaimMode::kFair : ClaimMode::kOrdered;
     }

@@ -52,6 +52,9 @@ struct WorkerConfig {
 struct QueueConfig {
   std::string name;
   int slots = 1;                                 // 1..10000
+  // Jobs claimed beyond the slots, held to start the moment a slot frees
+  // (0..10000; docs/configuration.md, "Prefetch").
+  int prefetch = 0;
   ClaimMode mode = ClaimMode::kOrdered;          // "ordered" | "fair"
   std::optional<std::int64_t> aging_us;          // priority aging interval
   int line = 0;                                  // where it was defined

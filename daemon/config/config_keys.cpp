@@ -67,6 +67,7 @@ const ConfigKey kKeys[] = {
 
     {"queues[]", "name", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.name; }); }},
     {"queues[]", "slots", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.slots; }); }},
+    {"queues[]", "prefetch", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.prefetch; }); }},
     {"queues[]", "mode", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.mode; }); }},
     {"queues[]", "aging", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.aging_us; }); }},
 

@@ -20,6 +20,9 @@ namespace {
 // without a claim, and how long a refused job is passed over.
 constexpr int kMaxRefusedPerRound = 16;
 constexpr std::chrono::seconds kRefusalHold{10};
+// Up to this many slots (and prefetched jobs), a claim's first window is read
+// for all of them, whatever is free when it is sent (ClaimLoop).
+constexpr int kWholeWindowSlots = 64;
 
 }  // namespace
 
@@ -100,7 +103,7 @@ void QueueRunner::Wake() {
 
 int QueueRunner::busy_slots() const {
   MutexLock lock(claim_loop_.mu());
-  return busy_;
+  return std::min(busy_, queue_.slots);
 }
 
 HeldJobs QueueRunner::held_jobs() const {
@@ -132,7 +135,7 @@ void QueueRunner::ClaimLoop() {
       MutexLock lock(claim_loop_.mu());
       if (claim_loop_.stop_requested_locked()) break;
       round_start = claim_loop_.clock().Now();
-      free_slots = queue_.slots - busy_;
+      free_slots = capacity() - busy_;
       wake_ = false;
     }
     bool full = false;
@@ -140,7 +143,22 @@ void QueueRunner::ClaimLoop() {
     if (free_slots > 0 && lease_.held()) {
       ClaimRequest request;
       request.queue = queue_.name;
-      request.slots = free_slots;
+      // Up to every slot: those that free while the claim waits for the
+      // queue's claim lock are counted when it holds it (slots_at_lock).
+      // With many daemons on one queue the wait grows with the claims
+      // queued before this one, and so does what each claim takes.
+      request.slots = capacity();
+      // The first window is read for every slot up to kWholeWindowSlots: a
+      // window too small for the slots counted at the lock costs a further
+      // read, a round trip while the lock is held. Beyond that (a daemon of
+      // hundreds of slots) for the slots free now: a window of 4 rows a
+      // slot that a few freed slots will not use costs more than it saves.
+      request.expected_slots = std::max(free_slots, std::min(capacity(), kWholeWindowSlots));
+      request.slots_at_lock = [this, &free_slots] {
+        MutexLock lock(claim_loop_.mu());
+        free_slots = capacity() - busy_;
+        return free_slots;
+      };
       request.mode = queue_.mode;
       request.aging_us = queue_.aging_us;
       request.worker_id = lease_.worker_id();
@@ -284,9 +302,10 @@ void QueueRunner::ClaimLoop() {
     // A slot freed since the claim counts as a wake-up. The wait ends `delay`
     // after the round started: the claim's own time is part of the interval.
     claim_loop_.WaitUntil(lock, round_start + delay, [&]() REQUIRES(claim_loop_.mu()) {
-      return wake_ || (queue_.slots - busy_ > free_slots && lease_.held());
+      return wake_ || (capacity() - busy_ > free_slots && lease_.held());
     });
   }
+  ReleaseWaitingJobs();
   // Stopping right after an in-doubt claim: one try to release its jobs now,
   // so they need not wait heartbeat_ttl for the rescue, which spends an attempt.
   if (in_doubt_worker) {
@@ -296,6 +315,26 @@ void QueueRunner::ClaimLoop() {
       spdlog::warn("release_failed queue={} | {}; the rescue recovers them after heartbeat_ttl",
                    LogValue(queue_.name), OneLine(e.what()));
     }
+  }
+}
+
+void QueueRunner::ReleaseWaitingJobs() {
+  std::vector<Claimed> waiting;
+  {
+    MutexLock lock(claim_loop_.mu());
+    // Executors idle or on their way to a job take one each now; the jobs
+    // beyond them would wait for a running job to end.
+    const std::size_t takers = idle_.size() + (waking_ != nullptr ? 1 : 0);
+    while (ready_.size() > takers) {
+      waiting.push_back(std::move(ready_.back()));
+      ready_.pop_back();
+    }
+  }
+  for (Claimed& claimed : waiting) {
+    spdlog::info("release job={} task={} queue={} | prefetched, not started, and the daemon is stopping",
+                 claimed.job.id, LogValue(claimed.job.task), LogValue(claimed.job.queue));
+    finisher_.Submit(FinishItem{std::move(claimed.job), std::move(claimed.worker_id),
+                                JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}, 0, this});
   }
 }
 

@@ -6,7 +6,16 @@
 // otherwise it sleeps poll_interval (±10% jitter) and wakes early when a slot
 // frees or Wake() is called. A slot counts as busy from the claim until the
 // job's finish is recorded, so per-key counts in the database are never below
-// what runs.
+// what runs. The free slots are counted again once the claim holds the
+// queue's claim lock (ClaimRequest::slots_at_lock): slots that freed while
+// it waited are taken by it.
+//
+// With `prefetch` (docs/configuration.md), the runner holds up to that many
+// claimed jobs beyond its slots, each started the moment a slot frees, so a
+// slot does not wait for a claim. They are running in the database (their
+// keys' and the queue cap's counts include them, and their started_at is the
+// claim's). When the daemon stops, a prefetched job that has not started is
+// released to queued, no attempt spent; a job with an idle executor runs.
 //
 // An executor runs the job's handler, turns a stop request into the outcome
 // it stands for (cancel → cancelled, shutdown → released, lost lease → no
@@ -74,6 +83,8 @@ class QueueRunner final : private SlotHolder {
 
   const std::string& name() const { return queue_.name; }
   int slots() const { return queue_.slots; }
+  // Slots whose job runs or waits for its finish (at most slots(); the
+  // prefetched jobs waiting for a slot are not counted).
   int busy_slots() const;
   // The jobs this runner is responsible for: claimed and not yet finished
   // (queued for an executor, running, or waiting for the finisher), and its
@@ -116,6 +127,13 @@ class QueueRunner final : private SlotHolder {
   // notifies its cv after unlocking. Null when there is none to wake.
   ExecutorSeat* WakeExecutorLocked() REQUIRES(claim_loop_.mu());
   void ExecutorLoop(ExecutorSeat& seat);
+  // When the claim loop stops: the jobs waiting for an executor beyond those
+  // idle (prefetched ones) go back to queued through the finisher, no
+  // attempt spent, rather than start during the shutdown.
+  void ReleaseWaitingJobs();
+  // The most jobs the runner holds: its slots and the prefetched jobs
+  // waiting for one.
+  int capacity() const { return queue_.slots + queue_.prefetch; }
   // Releases jobs an in-doubt claim under `worker_id` may have committed (see
   // the header comment); returns how many. Throws pg::PgError.
   int ReleaseInDoubtClaim(const std::string& worker_id);

@@ -8,6 +8,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -257,6 +259,67 @@ TEST_CASE("SIGTERM during a claim: the jobs it brings run before the daemon stop
   INFO(daemon->Log());
   CHECK(f.State(id) == "succeeded");
   CHECK(f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0) == 0);
+}
+
+TEST_CASE("prefetch: jobs beyond the slots wait claimed, start one slot at a time, and go back on SIGTERM",
+          "[daemon][prefetch]") {
+  DaemonFixture f;
+  const std::string starts = f.dir.path() + "/starts";
+  const std::string lock = f.dir.path() + "/running";
+  const std::string overlaps = f.dir.path() + "/overlaps";
+  // Each run leaves a line in `starts`; two at once would find `lock` made.
+  std::string script = f.dir.Write(
+      "nap.sh",
+      "#!/bin/sh\nread -r args\necho x >> " + starts + "\nmkdir " + lock + " 2>/dev/null || echo x >> " +
+          overlaps + "\ncase \"$args\" in *long*) exec sleep 300;; esac\nsleep 0.1\nrmdir " + lock + "\n",
+      true);
+  auto lines_in = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  std::string config = f.Config(Shell("nap", script));
+  {
+    std::ifstream in(config);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.find("slots: 4\n    mode: fair"), 23, "slots: 1\n    prefetch: 2\n    mode: fair");
+    config = f.dir.Write("akadzed.yaml", text);
+  }
+  std::vector<std::int64_t> quick;
+  for (int i = 0; i < 6; ++i) quick.push_back(f.Enqueue("nap"));
+  auto daemon = f.Start(config);
+  // One slot and two prefetched: three running in the database at once,
+  // never more, and the handler never twice at a time.
+  auto running = [&] { return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0); };
+  std::int64_t peak = 0;
+  REQUIRE(WaitUntil([&] {
+    peak = std::max(peak, running());
+    return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'").int64(0, 0) == 6;
+  }));
+  CHECK(peak <= 3);
+  CHECK(daemon->Log().find("claim queue=default jobs=3 free_slots=3") != std::string::npos);
+  CHECK(lines_in(starts) == 6);
+  CHECK_FALSE(std::filesystem::exists(overlaps));
+
+  // A long job takes the slot; two more wait behind it, claimed.
+  const auto long_job = f.Enqueue("nap", R"({"kind": "long"})");
+  REQUIRE(f.WaitState(long_job, "running"));
+  const auto second = f.Enqueue("nap");
+  const auto third = f.Enqueue("nap");
+  REQUIRE(WaitUntil([&] { return running() == 3; }));
+  CHECK(lines_in(starts) == 7);
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait(30s) == 0);
+  INFO(daemon->Log());
+  // The prefetched ones never started and are queued again, no attempt
+  // spent; the long one was stopped at shutdown_timeout and released.
+  for (const auto id : {second, third, long_job}) {
+    json row = f.Row(id);
+    CHECK(row["state"] == "queued");
+    CHECK(row["attempt"] == 0);
+    CHECK(row["worker_id"].is_null());
+  }
+  CHECK(lines_in(starts) == 7);
+  CHECK(daemon->Log().find("prefetched, not started, and the daemon is stopping") != std::string::npos);
 }
 
 TEST_CASE("a second SIGTERM cuts the drain short", "[daemon]") {

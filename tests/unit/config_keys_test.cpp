@@ -116,6 +116,7 @@ TEST_CASE("a reload finds each changed restart key, and only that one", "[config
       {"worker.listen_notify", {"", "worker: {listen_notify: true}\n"}},
       {"queues[].name", {kBase, "queues:\n  - {name: other, slots: 1}\n" + kHandlers}},
       {"queues[].slots", {kBase, "queues:\n  - {name: default, slots: 2}\n" + kHandlers}},
+      {"queues[].prefetch", {kBase, "queues:\n  - {name: default, slots: 1, prefetch: 2}\n" + kHandlers}},
       {"queues[].mode", {kBase, "queues:\n  - {name: default, slots: 1, mode: fair}\n" + kHandlers}},
       {"queues[].aging", {kBase, "queues:\n  - {name: default, slots: 1, aging: 1m}\n" + kHandlers}},
       {"hooks[].name", {"hooks: [{name: h, sql: SELECT 1}]\n", "hooks: [{name: g, sql: SELECT 1}]\n"}},

@@ -170,7 +170,7 @@ TEST_CASE("every key is read", "[config]") {
       "  shutdown_timeout: 0s\n"
       "  listen_notify: true\n"
       "queues:\n"
-      "  - {name: a, slots: 10000, mode: fair, aging: 1h30m}\n"
+      "  - {name: a, slots: 10000, prefetch: 10000, mode: fair, aging: 1h30m}\n"
       "handlers:\n"
       "  s:\n"
       "    shell:\n"
@@ -201,6 +201,7 @@ TEST_CASE("every key is read", "[config]") {
   CHECK(config.worker.shutdown_timeout_us == 0);
   CHECK(config.worker.listen_notify);
   CHECK(config.queues[0].slots == 10000);
+  CHECK(config.queues[0].prefetch == 10000);
   CHECK(config.queues[0].mode == ClaimMode::kFair);
   CHECK(config.queues[0].aging_us == 5'400'000'000);
 
@@ -234,7 +235,7 @@ TEST_CASE("unknown keys are rejected at every level", "[config]") {
   CHECK(ErrorOf(dir, "database: {host: x}\n" + kBase) ==
         "F:1: database.host: unknown key (known: url, stall_timeout)");
   CHECK(ErrorOf(dir, "queues:\n  - name: a\n    slots: 1\n    weight: 2\nhandlers: {}\n") ==
-        "F:4: queues[0].weight: unknown key (known: name, slots, mode, aging)");
+        "F:4: queues[0].weight: unknown key (known: name, slots, prefetch, mode, aging)");
   CHECK(ErrorOf(dir, kBase + "  other:\n    shel: {command: [x]}\n") ==
         "F:7: handlers.other.shel: unknown key (known: shell, plugin)");
   CHECK(ErrorOf(dir, kBase + "  other:\n    shell:\n      command: [x]\n      timout: 5s\n") ==
@@ -379,6 +380,10 @@ TEST_CASE("queues are checked", "[config]") {
         "F:2: queues[0].slots: expected an integer from 1 to 10000, got \"10001\"");
   CHECK(ErrorOf(dir, "queues:\n  - {name: a, slots: 2.5}\n" + handlers) ==
         "F:2: queues[0].slots: expected an integer from 1 to 10000, got \"2.5\"");
+  CHECK(ErrorOf(dir, "queues:\n  - {name: a, slots: 1, prefetch: -1}\n" + handlers) ==
+        "F:2: queues[0].prefetch: expected an integer from 0 to 10000, got \"-1\"");
+  CHECK(ErrorOf(dir, "queues:\n  - {name: a, slots: 1, prefetch: 10001}\n" + handlers) ==
+        "F:2: queues[0].prefetch: expected an integer from 0 to 10000, got \"10001\"");
   CHECK(ErrorOf(dir,
                 "queues:\n  - name: a\n    slots: 1\n\n  - slots: 2\n    name: a\n" + handlers) ==
         "F:6: queues[1].name: duplicate queue name (first defined on line 2)");
