@@ -501,6 +501,36 @@ TEST_CASE("a speculative claim locks its keys in the claiming statement's round 
   CHECK(ClaimIds(conn, 10) == Ids{a[2]});
 }
 
+TEST_CASE("a start cap set on a key while a speculative claim is in flight: its starts are still marked",
+          "[claim][locks]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection admin = pg::Connection::Open(db);
+  SetLimit(conn, LimitRow{"k", 5, std::nullopt, std::nullopt});
+  Ids k;
+  for (int i = 0; i < 2; ++i) k.push_back(Enqueue(conn, "k"));
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 10;
+  // Between the first round trip (the counts without locks: k caps only
+  // running) and the claiming statement, an operator gives k a start cap
+  // with room for both jobs. The claim planned no start marks for k; it
+  // must not start k's jobs unmarked, which would let the window start
+  // more than max_starts.
+  int asked = 0;
+  r.slots_at_lock = [&] {
+    if (asked++ == 0) SetLimit(admin, LimitRow{"k", 5, 3, 60'000'000});
+    return r.slots;
+  };
+  ClaimResult res = RunClaim(conn, r);
+  CHECK(res.speculation_failures == 1);  // the first try saw the row change, and claimed nothing
+  CHECK(res.jobs.size() == 2);
+  CHECK(conn.exec("SELECT count(*) FROM akadze.limit_starts WHERE key = 'k'").int64(0, 0) == 2);
+  // So the cap counts them: one more start in the window, not three.
+  for (int i = 0; i < 3; ++i) Enqueue(conn, "k");
+  CHECK(ClaimIds(conn, 10).size() == 1);
+}
+
 TEST_CASE("a key whose lock another claim holds is skipped without waiting", "[claim][locks]") {
   pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
   std::string db(conn.exec("SELECT current_database()").text(0, 0));
