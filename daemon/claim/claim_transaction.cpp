@@ -383,8 +383,10 @@ class ClaimRun {
   // has room for its planned jobs (SpeculativeKeysSql). Otherwise it
   // changes nothing, its transaction ends, and RunClaim claims again
   // without speculation. Under the queue's claim lock only a claim of
-  // another queue can take a key's room in between, so the check rarely
-  // fails; and the claim lock is held for one round trip less.
+  // another queue, a ClaimInTransaction (which takes no claim lock), an
+  // application holding a key's lock or an operator changing a key's limits
+  // row can change a key in between, so the check rarely fails; and the
+  // claim lock is held for one round trip less.
   bool ClaimPlan() {
     ++result().lock_rounds;
     // The keys whose claimed jobs each leave a start mark, and the
