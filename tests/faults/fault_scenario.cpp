@@ -106,7 +106,10 @@ std::string FaultScenario::WriteConfig() {
     << "  shutdown_timeout: 10s\n"
     << "queues:\n"
     << "  - {name: fair, slots: " << options_.slots << ", mode: fair}\n"
-    << "  - {name: ordered, slots: " << options_.slots << ", mode: ordered}\n"
+    // Queue "ordered" prefetches a job per daemon beyond its slots: those
+    // are running in the database while they wait, and faults must not
+    // lose, duplicate or overshoot them either.
+    << "  - {name: ordered, slots: " << options_.slots << ", prefetch: 1, mode: ordered}\n"
     << "handlers:\n"
     << "  shell:\n"
     << "    shell: {command: [\"" << shell_script_ << "\"], kill_grace: 500ms}\n"
