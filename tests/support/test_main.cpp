@@ -1,7 +1,9 @@
 // Catch2 main for test programs that need PostgreSQL: starts one throwaway
 // cluster for the whole run (and, in PgBouncer mode, a PgBouncer in front of
 // it), prepares a migrated template database, runs the tests, stops both.
-#define CATCH_CONFIG_RUNNER
+// Catch2's implementation is compiled once, in catch_impl.cpp (run through
+// RunCatchSession); this file needs its listener interfaces (DirectTagListener).
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <catch2/catch.hpp>
 
 #include <libpq-fe.h>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "schema/migrations.h"
+#include "support/catch_session.h"
 #include "support/test_cluster.h"
 #include "support/throwaway_pgbouncer.h"
 
@@ -140,7 +143,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!test::PgBouncerRequested()) {
-    int rc = Catch::Session().run(argc, argv);
+    int rc = test::RunCatchSession(argc, argv);
     test::g_cluster.reset();
     return rc;
   }
@@ -154,12 +157,7 @@ int main(int argc, char** argv) {
   std::cerr << "test setup: through PgBouncer (transaction pooling, pool size "
             << test::ThrowawayPgBouncer::kPoolSize << ") on port " << test::g_bouncer->port()
             << ", log in " << test::g_bouncer->log_path().string() << std::endl;
-  Catch::Session session;
-  int rc = session.applyCommandLine(argc, argv);
-  if (rc == 0) {
-    test::ReportExcludedDirectTests(session.config());
-    rc = session.run();
-  }
+  int rc = test::RunCatchSession(argc, argv, test::ReportExcludedDirectTests);
   test::g_bouncer.reset();
   test::g_cluster.reset();
   return rc;
