@@ -407,6 +407,12 @@ class Reader {
       w.shutdown_timeout_us = Duration(*t, false);
     }
     if (const Item* listen = Find(fields, "listen_notify")) w.listen_notify = Bool(*listen);
+    if (const Item* delay = Find(fields, "finish_batch_delay")) {
+      w.finish_batch_delay_us = Duration(*delay, false);
+      if (w.finish_batch_delay_us > 1'000'000) {
+        Fail(*delay, "must be at most 1s, got " + FormatDuration(w.finish_batch_delay_us));
+      }
+    }
     if (w.heartbeat_ttl_us <= w.heartbeat_interval_us) {
       const Item& at = ttl ? *ttl : interval ? *interval : item;
       Fail({at.node, item.where, at.line},

@@ -47,6 +47,9 @@ struct WorkerConfig {
   std::int64_t poll_interval_us = 1'000'000;
   std::int64_t shutdown_timeout_us = 30'000'000;
   bool listen_notify = false;  // LISTEN akadze_jobs for early wake-ups
+  // How long the finisher gathers finishes before it writes them (0..1 s;
+  // docs/configuration.md, "Batched finishes").
+  std::int64_t finish_batch_delay_us = 0;
 };
 
 struct QueueConfig {

@@ -64,6 +64,7 @@ const ConfigKey kKeys[] = {
     {"worker", "poll_interval", kRestart, [](Config a, Config b) { return a.worker.poll_interval_us != b.worker.poll_interval_us; }},
     {"worker", "shutdown_timeout", kRestart, [](Config a, Config b) { return a.worker.shutdown_timeout_us != b.worker.shutdown_timeout_us; }},
     {"worker", "listen_notify", kRestart, [](Config a, Config b) { return a.worker.listen_notify != b.worker.listen_notify; }},
+    {"worker", "finish_batch_delay", kRestart, [](Config a, Config b) { return a.worker.finish_batch_delay_us != b.worker.finish_batch_delay_us; }},
 
     {"queues[]", "name", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.name; }); }},
     {"queues[]", "slots", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.slots; }); }},

@@ -125,7 +125,7 @@ struct Daemon::Services {
         // rescue.
         stall(std::chrono::milliseconds(config.database.stall_timeout_us / 1000)),
         finisher(conninfo, stall, monitoring.worker_metrics(), hooks, FinishPlanFor(TotalSlots(config)),
-                 &finish_tally),
+                 &finish_tally, std::chrono::microseconds(config.worker.finish_batch_delay_us)),
         lease(conninfo, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config)), stall,
               running, hooks, &monitoring.worker_metrics()) {}
 

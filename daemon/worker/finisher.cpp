@@ -45,13 +45,15 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
 }  // namespace
 
 Finisher::Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
-                   const TransitionHooks* hooks, FinishPlan plan, FinishTally* tally)
+                   const TransitionHooks* hooks, FinishPlan plan, FinishTally* tally,
+                   std::chrono::microseconds batch_delay)
     : session_(std::move(conninfo), "akadzed finisher", stall_timeout),
       guard_(SteadyServiceClock(), RetryBackoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500))),
       metrics_(metrics),
       hooks_(hooks),
       plan_(plan),
-      tally_(tally) {}
+      tally_(tally),
+      batch_delay_(batch_delay) {}
 
 Finisher::~Finisher() {
   if (loop_.started()) Stop(std::chrono::steady_clock::now());
@@ -62,11 +64,17 @@ void Finisher::Start() { loop_.Start("finisher", [this] { Loop(); }); }
 void Finisher::Submit(FinishItem item) {
   item.job.args_json.clear();
   item.job.args_json.shrink_to_fit();
+  bool notify;
   {
     MutexLock lock(loop_.mu());
+    if (pending_.empty()) pending_since_ = std::chrono::steady_clock::now();
     pending_.push_back(std::move(item));
+    // The loop waits for the first finish, or for a full batch during its
+    // batch delay: a wake-up for every finish in between would cost the
+    // loop a switch per job.
+    notify = pending_.size() == 1 || pending_.size() == kMaxBatch;
   }
-  loop_.Notify();
+  if (notify) loop_.Notify();
 }
 
 void Finisher::Stop(std::chrono::steady_clock::time_point deadline) {
@@ -88,6 +96,11 @@ void Finisher::Loop() {
     {
       MutexLock lock(loop_.mu());
       loop_.Wait(lock, [&]() REQUIRES(loop_.mu()) { return !pending_.empty() || !batch.empty(); });
+      if (batch.empty() && batch_delay_.count() > 0) {
+        // Returns at once when stopping: what is pending goes out now.
+        loop_.WaitUntil(lock, pending_since_ + batch_delay_,
+                        [&]() REQUIRES(loop_.mu()) { return pending_.size() >= kMaxBatch; });
+      }
       while (!pending_.empty() && batch.size() < kMaxBatch) {
         batch.push_back(std::move(pending_.front()));
         pending_.pop_front();

@@ -1,6 +1,9 @@
 // The finisher: one thread and one connection that record job outcomes in
 // batches. Everything submitted while a batch is in flight goes out in the
-// next statement, so a burst of short jobs costs few round trips. A finish
+// next statement, so a burst of short jobs costs few round trips. With a
+// batch delay (worker.finish_batch_delay) a batch also waits that long from
+// its first finish for more, up to kMaxBatch: fewer statements per job,
+// each job's finish (and its slot) that much later. A finish
 // that could not be written because the database is away is retried until
 // shutdown; one that stays unwritten is recovered by the rescue after
 // heartbeat_ttl (the job is still `running` under a worker that stops
@@ -58,9 +61,11 @@ class Finisher {
   // `stall_timeout` bounds its transactions (pg::Connection::Open).
   // `plan`: how its statements are planned (FinishPlanFor the daemon's
   // slots, store/job_finish.h).
+  // `batch_delay`: how long a batch waits from its first finish for more
+  // (0: it goes out at once); a stop ends the wait.
   Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
            const TransitionHooks* hooks = nullptr, FinishPlan plan = FinishPlan::kPerBatch,
-           FinishTally* tally = nullptr);
+           FinishTally* tally = nullptr, std::chrono::microseconds batch_delay = {});
   ~Finisher();
 
   void Start();
@@ -112,9 +117,12 @@ class Finisher {
   const TransitionHooks* hooks_;  // may be null
   const FinishPlan plan_;
   FinishTally* const tally_;  // may be null: counts each applied finish by queue
+  const std::chrono::microseconds batch_delay_;
   // The thread, its stop, and the mutex (loop_.mu()) guarding:
   ServiceLoop loop_;
   std::deque<FinishItem> pending_ GUARDED_BY(loop_.mu());
+  // When the oldest of pending_ was submitted (batch_delay_ counts from it).
+  std::chrono::steady_clock::time_point pending_since_ GUARDED_BY(loop_.mu()) = {};
   std::chrono::steady_clock::time_point deadline_ GUARDED_BY(loop_.mu()) = {};
   std::int64_t statements_ GUARDED_BY(loop_.mu()) = 0;
 };

@@ -1,5 +1,6 @@
 #include "worker/queue_runner.h"
 
+#include <algorithm>
 #include <optional>
 #include <random>
 
@@ -130,17 +131,19 @@ void QueueRunner::ClaimLoop() {
   bool capped_logged = false;  // claim_capped is logged once until a claim is not capped
   for (;;) {
     int free_slots;
+    bool wanted;
     Clock::time_point round_start;
     {
       MutexLock lock(claim_loop_.mu());
       if (claim_loop_.stop_requested_locked()) break;
       round_start = claim_loop_.clock().Now();
       free_slots = capacity() - busy_;
+      wanted = ClaimWantedLocked(free_slots);
       wake_ = false;
     }
     bool full = false;
     auto delay = std::chrono::duration_cast<std::chrono::microseconds>(poll * jitter(rng));
-    if (free_slots > 0 && lease_.held()) {
+    if (wanted && lease_.held()) {
       ClaimRequest request;
       request.queue = queue_.name;
       // Up to every slot: those that free while the claim waits for the
@@ -299,10 +302,12 @@ void QueueRunner::ClaimLoop() {
     claim_loop_.MarkRound();
     if (full) continue;
     MutexLock lock(claim_loop_.mu());
-    // A slot freed since the claim counts as a wake-up. The wait ends `delay`
-    // after the round started: the claim's own time is part of the interval.
+    // A slot freed since the claim counts as a wake-up, once a claim is
+    // wanted. The wait ends `delay` after the round started: the claim's own
+    // time is part of the interval.
     claim_loop_.WaitUntil(lock, round_start + delay, [&]() REQUIRES(claim_loop_.mu()) {
-      return wake_ || (capacity() - busy_ > free_slots && lease_.held());
+      const int free = capacity() - busy_;
+      return wake_ || (free > free_slots && ClaimWantedLocked(free) && lease_.held());
     });
   }
   ReleaseWaitingJobs();
@@ -316,6 +321,12 @@ void QueueRunner::ClaimLoop() {
                    LogValue(queue_.name), OneLine(e.what()));
     }
   }
+}
+
+bool QueueRunner::ClaimWantedLocked(int free) const {
+  if (free <= 0) return false;
+  if (free >= std::max(1, (queue_.prefetch + 1) / 2)) return true;
+  return ready_.empty() && !idle_.empty();
 }
 
 void QueueRunner::ReleaseWaitingJobs() {

@@ -16,6 +16,8 @@
 // keys' and the queue cap's counts include them, and their started_at is the
 // claim's). When the daemon stops, a prefetched job that has not started is
 // released to queued, no attempt spent; a job with an idle executor runs.
+// With prefetch a claim waits until half of it is free (ClaimWantedLocked),
+// so claims come about prefetch/2 jobs at a time, not one per ended job.
 //
 // An executor runs the job's handler, turns a stop request into the outcome
 // it stands for (cancel → cancelled, shutdown → released, lost lease → no
@@ -134,6 +136,13 @@ class QueueRunner final : private SlotHolder {
   // The most jobs the runner holds: its slots and the prefetched jobs
   // waiting for one.
   int capacity() const { return queue_.slots + queue_.prefetch; }
+  // Whether a claim is worth its round trips with `free` of capacity()
+  // free. Without prefetch: any free slot. With it: once half the prefetch
+  // (at least 1) is free, or when an executor has nothing to run. A claim
+  // for every slot that frees costs a claim's statements per job; waiting
+  // for half the prefetch costs nothing while the other half lasts, which
+  // covers the claim's own time when jobs are short.
+  bool ClaimWantedLocked(int free) const REQUIRES(claim_loop_.mu());
   // Releases jobs an in-doubt claim under `worker_id` may have committed (see
   // the header comment); returns how many. Throws pg::PgError.
   int ReleaseInDoubtClaim(const std::string& worker_id);

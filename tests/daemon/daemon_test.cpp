@@ -13,6 +13,8 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <numeric>
+#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "pg/connection.h"
@@ -320,6 +322,68 @@ TEST_CASE("prefetch: jobs beyond the slots wait claimed, start one slot at a tim
   }
   CHECK(lines_in(starts) == 7);
   CHECK(daemon->Log().find("prefetched, not started, and the daemon is stopping") != std::string::npos);
+}
+
+// The sizes of the claims that took jobs, from the daemon's "claim" lines.
+std::vector<int> ClaimSizes(const std::string& log) {
+  std::vector<int> sizes;
+  static const std::regex line("claim queue=default jobs=([0-9]+) ");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator(); ++it) {
+    sizes.push_back(std::stoi((*it)[1]));
+  }
+  return sizes;
+}
+
+TEST_CASE("prefetch: a claim waits until half the prefetch is free, not one claim per freed slot",
+          "[daemon][prefetch]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write("nap.sh", "#!/bin/sh\ncat >/dev/null\nsleep 0.1\n", true);
+  std::string config = f.Config(Shell("nap", script), kFastWorker, 1);
+  {
+    std::ifstream in(config);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.find("slots: 1\n"), 9, "slots: 1\n    prefetch: 4\n");
+    config = f.dir.Write("akadzed.yaml", text);
+  }
+  for (int i = 0; i < 12; ++i) f.Enqueue("nap");
+  auto daemon = f.Start(config);
+  REQUIRE(WaitUntil([&] {
+    return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'").int64(0, 0) == 12;
+  }));
+  const std::vector<int> sizes = ClaimSizes(daemon->Log());
+  INFO(daemon->Log());
+  // The first claim takes the slot and the 4 prefetched; then one claim per
+  // 2 freed (half of 4): 5, 2, 2, 2, 1. A claim per freed slot would make 8.
+  REQUIRE_FALSE(sizes.empty());
+  CHECK(sizes.front() == 5);
+  CHECK(std::accumulate(sizes.begin(), sizes.end(), 0) == 12);
+  CHECK(sizes.size() <= 6);
+}
+
+TEST_CASE("finish_batch_delay: finishes wait for each other and go out in one statement",
+          "[daemon][prefetch]") {
+  DaemonFixture f;
+  std::string script = f.dir.Write("quick.sh", "#!/bin/sh\ncat >/dev/null\n", true);
+  std::string worker = std::string(kFastWorker) + "  finish_batch_delay: 800ms\n";
+  std::string config = f.Config(Shell("quick", script), worker, 2);
+  {
+    std::ifstream in(config);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.find("slots: 2\n"), 9, "slots: 2\n    prefetch: 8\n");
+    config = f.dir.Write("akadzed.yaml", text);
+  }
+  for (int i = 0; i < 10; ++i) f.Enqueue("quick");
+  auto daemon = f.Start(config);
+  REQUIRE(WaitUntil([&] {
+    return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'").int64(0, 0) == 10;
+  }));
+  INFO(daemon->Log());
+  // One claim of 10, run two at a time in well under the delay: their
+  // finishes share one statement's now(), a run or two apart at most. With
+  // no delay each finish goes out as its job ends, one or two a statement.
+  CHECK(f.conn.exec("SELECT count(DISTINCT finished_at) FROM akadze.jobs").int64(0, 0) <= 2);
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait(30s) == 0);
 }
 
 TEST_CASE("a second SIGTERM cuts the drain short", "[daemon]") {

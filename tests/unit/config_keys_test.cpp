@@ -114,6 +114,7 @@ TEST_CASE("a reload finds each changed restart key, and only that one", "[config
       {"worker.poll_interval", {"", "worker: {poll_interval: 2s}\n"}},
       {"worker.shutdown_timeout", {"", "worker: {shutdown_timeout: 1s}\n"}},
       {"worker.listen_notify", {"", "worker: {listen_notify: true}\n"}},
+      {"worker.finish_batch_delay", {"", "worker: {finish_batch_delay: 20ms}\n"}},
       {"queues[].name", {kBase, "queues:\n  - {name: other, slots: 1}\n" + kHandlers}},
       {"queues[].slots", {kBase, "queues:\n  - {name: default, slots: 2}\n" + kHandlers}},
       {"queues[].prefetch", {kBase, "queues:\n  - {name: default, slots: 1, prefetch: 2}\n" + kHandlers}},

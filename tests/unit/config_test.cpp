@@ -142,6 +142,7 @@ TEST_CASE("omitted keys take their defaults", "[config]") {
   CHECK(config.worker.heartbeat_ttl_us == defaults.heartbeat_ttl_us);
   CHECK(config.worker.poll_interval_us == defaults.poll_interval_us);
   CHECK(config.worker.shutdown_timeout_us == defaults.shutdown_timeout_us);
+  CHECK(config.worker.finish_batch_delay_us == 0);
   REQUIRE(config.queues.size() == 1);
   CHECK(config.queues[0].mode == ClaimMode::kOrdered);
   CHECK_FALSE(config.queues[0].aging_us);
@@ -169,6 +170,7 @@ TEST_CASE("every key is read", "[config]") {
       "  poll_interval: 250ms\n"
       "  shutdown_timeout: 0s\n"
       "  listen_notify: true\n"
+      "  finish_batch_delay: 1s\n"
       "queues:\n"
       "  - {name: a, slots: 10000, prefetch: 10000, mode: fair, aging: 1h30m}\n"
       "handlers:\n"
@@ -200,6 +202,7 @@ TEST_CASE("every key is read", "[config]") {
   CHECK(config.worker.poll_interval_us == 250'000);
   CHECK(config.worker.shutdown_timeout_us == 0);
   CHECK(config.worker.listen_notify);
+  CHECK(config.worker.finish_batch_delay_us == 1'000'000);
   CHECK(config.queues[0].slots == 10000);
   CHECK(config.queues[0].prefetch == 10000);
   CHECK(config.queues[0].mode == ClaimMode::kFair);
@@ -231,7 +234,7 @@ TEST_CASE("unknown keys are rejected at every level", "[config]") {
         "pruning, logging, metrics, web)");
   CHECK(ErrorOf(dir, "worker:\n  heartbeat_interval: 5s\n  heartbeat_intervall: 5s\n" + kBase) ==
         "F:3: worker.heartbeat_intervall: unknown key (known: heartbeat_interval, heartbeat_ttl, "
-        "poll_interval, shutdown_timeout, listen_notify)");
+        "poll_interval, shutdown_timeout, listen_notify, finish_batch_delay)");
   CHECK(ErrorOf(dir, "database: {host: x}\n" + kBase) ==
         "F:1: database.host: unknown key (known: url, stall_timeout)");
   CHECK(ErrorOf(dir, "queues:\n  - name: a\n    slots: 1\n    weight: 2\nhandlers: {}\n") ==
@@ -366,6 +369,18 @@ TEST_CASE("database.stall_timeout: default, value and bounds", "[config]") {
         "F:1: database.stall_timeout: must be at least 100ms, got 50ms");
   CHECK(ErrorOf(dir, "database: {stall_timeout: 30s}\n" + kBase) ==
         "F:1: database.stall_timeout (30s) must be shorter than worker.heartbeat_ttl (30s)");
+}
+
+TEST_CASE("worker.finish_batch_delay is a duration from 0 to 1s", "[config]") {
+  TempDir dir;
+  CHECK(ParseConfig("worker: {finish_batch_delay: 0s}\n" + kBase, (dir.path() / "c.yaml").string())
+            .worker.finish_batch_delay_us == 0);
+  CHECK(ParseConfig("worker: {finish_batch_delay: 20ms}\n" + kBase, (dir.path() / "c.yaml").string())
+            .worker.finish_batch_delay_us == 20'000);
+  CHECK(ErrorOf(dir, "worker: {finish_batch_delay: 2s}\n" + kBase) ==
+        "F:1: worker.finish_batch_delay: must be at most 1s, got 2s");
+  CHECK(ErrorOf(dir, "worker: {finish_batch_delay: -1ms}\n" + kBase).starts_with(
+        "F:1: worker.finish_batch_delay: "));
 }
 
 TEST_CASE("queues are checked", "[config]") {
