@@ -29,6 +29,10 @@
 // AKADZED_BENCH_OUT, AKADZED_PG_DATA.
 // Options: --jobs N --rates R1,R2 --latency-seconds S --pgbench-seconds S
 //          --slots N --shell-slots N --poll-interval DURATION --handlers plugin,shell
+//          --prefetch N --shell-prefetch N (queues[].prefetch of the plugin and
+//          the shell burn-downs; default 0)
+//          --finish-batch-delay D --shell-finish-batch-delay D
+//          (worker.finish_batch_delay of the two; default 0s)
 //          --shell-jobs N (the shell burn-down's jobs; default: --jobs)
 //          --daemons N (akadzed processes in a burn-down, each with --slots)
 //          --only akadzed,latency,graphile,graphile-latency,pgboss,pgbench
@@ -54,6 +58,10 @@ const defaults = {
   "pgbench-seconds": 10,
   slots: 1000,
   "shell-slots": 8,
+  prefetch: 0,
+  "shell-prefetch": 0,
+  "finish-batch-delay": "0s",
+  "shell-finish-batch-delay": "0s",
   "poll-interval": "100ms",
   handlers: "plugin,shell",
   "shell-jobs": 0,
@@ -272,7 +280,7 @@ async function steadyArrivals(rate, seconds, enqueue) {
 
 const AKADZED_DB = "akadzed";
 
-function akadzedConfig({ handler, slots, pollInterval, listen, record }) {
+function akadzedConfig({ handler, slots, prefetch = 0, finishBatchDelay = "0s", pollInterval, listen, record }) {
   const plugin = record
     ? `{path: "${process.env.AKADZED_NOOP_PLUGIN}", config: {record: "${record}"}}`
     : `{path: "${process.env.AKADZED_NOOP_PLUGIN}"}`;
@@ -281,8 +289,10 @@ function akadzedConfig({ handler, slots, pollInterval, listen, record }) {
     "worker:",
     `  poll_interval: ${pollInterval}`,
     `  listen_notify: ${listen}`,
+    // Only when set: a binary from before the key (a baseline) rejects it.
+    ...(finishBatchDelay === "0s" ? [] : [`  finish_batch_delay: ${finishBatchDelay}`]),
     "queues:",
-    `  - {name: bench, slots: ${slots}}`,
+    `  - {name: bench, slots: ${slots}, prefetch: ${prefetch}}`,
     "handlers:",
     handler === "shell" ? '  noop: {shell: {command: ["/bin/true"]}}' : `  noop: {plugin: ${plugin}}`,
     "pruning: {enabled: false}",
@@ -302,6 +312,8 @@ function startDaemon(name, config) {
 
 async function akadzedBurnDown(admin, db, handler) {
   const slots = handler === "shell" ? Number(opts["shell-slots"]) : Number(opts.slots);
+  const prefetch = handler === "shell" ? Number(opts["shell-prefetch"]) : Number(opts.prefetch);
+  const finishBatchDelay = handler === "shell" ? opts["shell-finish-batch-delay"] : opts["finish-batch-delay"];
   const N = handler === "shell" && Number(opts["shell-jobs"]) > 0 ? Number(opts["shell-jobs"]) : Number(opts.jobs);
   await db.query(`${TAG} TRUNCATE akadze.jobs`);
   await db.query(`${TAG} INSERT INTO akadze.jobs (task, queue) SELECT 'noop', 'bench' FROM generate_series(1, $1)`, [N]);
@@ -309,7 +321,7 @@ async function akadzedBurnDown(admin, db, handler) {
   const loadAvg = load();
   const result = await withServerCounters(admin, AKADZED_DB, async () => {
     let polls = 0;
-    const config = akadzedConfig({ handler, slots, pollInterval: opts["poll-interval"], listen: false });
+    const config = akadzedConfig({ handler, slots, prefetch, finishBatchDelay, pollInterval: opts["poll-interval"], listen: false });
     const daemons = Array.from({ length: Number(opts.daemons) }, (_, i) => startDaemon(`burn-down-${handler}-${i + 1}`, config));
     await waitFor(async () => {
       polls += 1;
@@ -326,7 +338,7 @@ async function akadzedBurnDown(admin, db, handler) {
         extract(epoch FROM max(finished_at) - min(started_at))::float8 AS seconds FROM akadze.jobs`)).rows[0];
     if (Number(row.succeeded) !== N) throw new Error(`akadzed (${handler}): ${row.succeeded} of ${N} jobs succeeded`);
     return { jobs: N, seconds: row.seconds, jobs_per_s: N / row.seconds, cpu_s: cpu, vm_hwm_mb: hwm,
-             driver_queries: polls + 1, slots, daemons: Number(opts.daemons) };
+             driver_queries: polls + 1, slots, prefetch, daemons: Number(opts.daemons) };
   });
   result.load = loadAvg;
   return result;
@@ -637,7 +649,7 @@ async function main() {
   if (only.has("akadzed") || only.has("latency")) {
     execFileSync(process.env.AKADZED_BIN, ["migrate", "--database-url", conninfo(AKADZED_DB)], { stdio: "inherit" });
   }
-  note(`jobs=${N} daemons=${opts.daemons} slots=${opts.slots} shell-slots=${opts["shell-slots"]} poll_interval=${opts["poll-interval"]} load=${load()}`);
+  note(`jobs=${N} daemons=${opts.daemons} slots=${opts.slots} shell-slots=${opts["shell-slots"]} prefetch=${opts.prefetch} shell-prefetch=${opts["shell-prefetch"]} finish-batch-delay=${opts["finish-batch-delay"]} shell-finish-batch-delay=${opts["shell-finish-batch-delay"]} poll_interval=${opts["poll-interval"]} load=${load()}`);
   const results = { jobs: N, options: opts, started: new Date().toISOString(), latency: [] };
   const db = await connect(AKADZED_DB);
   const save = () => fs.writeFileSync(path.join(outDir, "results.json"), JSON.stringify(results, null, 2));
