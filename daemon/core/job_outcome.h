@@ -46,6 +46,14 @@ inline JobOutcome RetryOutcome(std::string error, std::string message) {
   return outcome;
 }
 
+// Back to queued without spending an attempt (kRelease): a job stopped at
+// shutdown, prefetched and never started, or orphaned by its runner.
+inline JobOutcome ReleaseOutcome() {
+  JobOutcome outcome;
+  outcome.kind = OutcomeKind::kRelease;
+  return outcome;
+}
+
 // Lower-case names for logs and docs: "success", "retry", "snooze", "fail",
 // "cancel", "release".
 const char* OutcomeKindName(OutcomeKind kind);

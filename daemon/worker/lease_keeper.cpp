@@ -193,7 +193,7 @@ void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector
       seen.emplace(job.id, job.run_count);
       if (!orphan_candidates_.contains({job.id, job.run_count})) continue;
     }
-    orphans.push_back({job.id, job.run_count, JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}});
+    orphans.push_back({job.id, job.run_count, ReleaseOutcome()});
   }
   orphan_candidates_ = std::move(seen);
   for (const FinishRequest& orphan : orphans) {

@@ -345,7 +345,7 @@ void QueueRunner::ReleaseWaitingJobs() {
     spdlog::info("release job={} task={} queue={} | prefetched, not started, and the daemon is stopping",
                  claimed.job.id, LogValue(claimed.job.task), LogValue(claimed.job.queue));
     finisher_.Submit(FinishItem{std::move(claimed.job), std::move(claimed.worker_id),
-                                JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}, 0, this});
+                                ReleaseOutcome(), 0, this});
   }
 }
 
@@ -452,7 +452,7 @@ void QueueRunner::Execute(Claimed claimed, ExecutorSeat& seat) {
                            "cancel requested while running"};
       break;
     case StopReason::kShutdown:
-      outcome = JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""};
+      outcome = ReleaseOutcome();
       break;
     case StopReason::kLeaseLost:
       spdlog::warn("drop job={} task={} queue={} duration_ms={:.0f} | lease lost: no finish recorded",
@@ -504,7 +504,7 @@ int QueueRunner::ReleaseInDoubtClaim(const std::string& worker_id) {
     std::vector<FinishRequest> requests;
     for (const OwnedJob& job : OwnedRunningJobsOfQueue(c, worker_id, queue_.name, held)) {
       requests.push_back({job.id, job.run_count,
-                          JobOutcome{OutcomeKind::kRelease, std::nullopt, std::nullopt, "", ""}});
+                          ReleaseOutcome()});
     }
     int released = 0;
     if (requests.empty()) return released;
