@@ -43,9 +43,10 @@ struct DaemonFixture {
 
   // A config with `handlers` (YAML under `handlers:`) and one fair queue.
   std::string Config(const std::string& handlers, const std::string& worker = kFastWorker,
-                     int slots = 4) {
+                     int slots = 4, int prefetch = 0) {
     return dir.Write("akadzed.yaml", worker + "queues:\n  - name: default\n    slots: " +
-                                         std::to_string(slots) + "\n    mode: fair\nhandlers:\n" +
+                                         std::to_string(slots) + "\n    prefetch: " +
+                                         std::to_string(prefetch) + "\n    mode: fair\nhandlers:\n" +
                                          handlers + "logging:\n  level: debug\n  format: logfmt\n"
                                          // Any free port: tests run side by side.
                                          "metrics: {listen: 127.0.0.1:0}\n");
@@ -249,7 +250,7 @@ TEST_CASE("SIGTERM during a claim: the jobs it brings run before the daemon stop
   const auto id = f.Enqueue("quick");
   auto daemon = f.Start(f.Config(Shell("quick", script)));
   REQUIRE(WaitUntil([&] {
-    return f.conn.exec("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").int64(0, 0) == 1;
+    return test::AdvisoryLockWaiters(f.conn) == 1;
   }));
   daemon->Signal(SIGTERM);
   REQUIRE(daemon->WaitForLog("draining for up to"));
@@ -279,13 +280,7 @@ TEST_CASE("prefetch: jobs beyond the slots wait claimed, start one slot at a tim
     std::ifstream in(path);
     return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
   };
-  std::string config = f.Config(Shell("nap", script));
-  {
-    std::ifstream in(config);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    text.replace(text.find("slots: 4\n    mode: fair"), 23, "slots: 1\n    prefetch: 2\n    mode: fair");
-    config = f.dir.Write("akadzed.yaml", text);
-  }
+  std::string config = f.Config(Shell("nap", script), kFastWorker, 1, 2);
   std::vector<std::int64_t> quick;
   for (int i = 0; i < 6; ++i) quick.push_back(f.Enqueue("nap"));
   auto daemon = f.Start(config);
@@ -338,13 +333,7 @@ TEST_CASE("prefetch: a claim waits until half the prefetch is free, not one clai
           "[daemon][prefetch]") {
   DaemonFixture f;
   std::string script = f.dir.Write("nap.sh", "#!/bin/sh\ncat >/dev/null\nsleep 0.1\n", true);
-  std::string config = f.Config(Shell("nap", script), kFastWorker, 1);
-  {
-    std::ifstream in(config);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    text.replace(text.find("slots: 1\n"), 9, "slots: 1\n    prefetch: 4\n");
-    config = f.dir.Write("akadzed.yaml", text);
-  }
+  std::string config = f.Config(Shell("nap", script), kFastWorker, 1, 4);
   for (int i = 0; i < 12; ++i) f.Enqueue("nap");
   auto daemon = f.Start(config);
   REQUIRE(WaitUntil([&] {
@@ -365,13 +354,7 @@ TEST_CASE("finish_batch_delay: finishes wait for each other and go out in one st
   DaemonFixture f;
   std::string script = f.dir.Write("quick.sh", "#!/bin/sh\ncat >/dev/null\n", true);
   std::string worker = std::string(kFastWorker) + "  finish_batch_delay: 800ms\n";
-  std::string config = f.Config(Shell("quick", script), worker, 2);
-  {
-    std::ifstream in(config);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    text.replace(text.find("slots: 2\n"), 9, "slots: 2\n    prefetch: 8\n");
-    config = f.dir.Write("akadzed.yaml", text);
-  }
+  std::string config = f.Config(Shell("quick", script), worker, 2, 8);
   for (int i = 0; i < 10; ++i) f.Enqueue("quick");
   auto daemon = f.Start(config);
   REQUIRE(WaitUntil([&] {

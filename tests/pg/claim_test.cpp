@@ -266,7 +266,7 @@ TEST_CASE("a queue cap is counted after the claim lock: a claim waiting behind a
   });
   // It waits for the lock ...
   REQUIRE(test::WaitUntil([&] {
-    return conn.exec("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").int64(0, 0) == 1;
+    return test::AdvisoryLockWaiters(conn) == 1;
   }));
   tx.commit();
   // ... and then counts the 3: one more, not four.
@@ -301,7 +301,7 @@ TEST_CASE("slots counted at the lock: a claim takes what its caller freed while 
     return RunClaim(c, r);
   });
   REQUIRE(test::WaitUntil([&] {
-    return conn.exec("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").int64(0, 0) == 1;
+    return test::AdvisoryLockWaiters(conn) == 1;
   }));
   // Not asked while it waits; three more slots free meanwhile.
   CHECK(asked == 0);

@@ -184,15 +184,7 @@ TEST_CASE("migrations: concurrent Migrate calls both succeed and apply each vers
       e2 = std::current_exception();
     }
   });
-  // Counted by database, not by pid: through PgBouncer a client's server
-  // process is not the pid libpq got at login.
-  const bool both_waited = Eventually([&] {
-    return monitor
-               .exec("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-                     " AND database = (SELECT oid FROM pg_database"
-                     "                 WHERE datname = current_database())")
-               .int64(0, 0) == 2;
-  });
+  const bool both_waited = Eventually([&] { return test::AdvisoryLockWaiters(monitor) == 2; });
   hold->commit();
   t1.join();
   t2.join();

@@ -15,6 +15,7 @@
 // Thread-safety: every function may be called from any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "embedded/throwaway_postgres.h"
@@ -43,5 +44,12 @@ bool ThroughPgBouncer();
 // Path of the akadzed binary under test (from the AKADZED_BIN environment
 // variable that CTest sets, else the build tree default).
 std::string AkadzedBinary();
+
+// How many sessions wait for an advisory lock in the database `conn` is
+// connected to: a claim waiting for its queue's claim lock, a migration for
+// the migrations lock. Counted by database, not by pid (through PgBouncer a
+// client's server process is not the pid libpq got at login), and not
+// cluster-wide (other test programs' databases share the cluster).
+std::int64_t AdvisoryLockWaiters(pg::Connection& conn);
 
 }  // namespace akadzed::test

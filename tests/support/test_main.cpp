@@ -129,6 +129,13 @@ std::string AkadzedBinary() {
   return AKADZED_DEFAULT_BIN;
 }
 
+std::int64_t AdvisoryLockWaiters(pg::Connection& conn) {
+  return conn
+      .exec("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+      .int64(0, 0);
+}
+
 }  // namespace akadzed::test
 
 int main(int argc, char** argv) {
