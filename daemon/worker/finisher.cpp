@@ -98,6 +98,9 @@ void Finisher::Loop() {
       loop_.Wait(lock, [&]() REQUIRES(loop_.mu()) { return !pending_.empty() || !batch.empty(); });
       if (batch.empty() && batch_delay_.count() > 0) {
         // Returns at once when stopping: what is pending goes out now.
+        // pending_since_ is the first of pending_ only when the last batch
+        // took all of it; items left behind (beyond kMaxBatch) keep the
+        // older time and go out sooner, never later.
         loop_.WaitUntil(lock, pending_since_ + batch_delay_,
                         [&]() REQUIRES(loop_.mu()) { return pending_.size() >= kMaxBatch; });
       }

@@ -381,6 +381,14 @@ void QueueRunner::ExecutorLoop(ExecutorSeat& seat) {
       while (!executors_stop_ && ready_.empty()) {
         seat.woken = false;
         idle_.push_back(&seat);
+        // With prefetch the claim loop waits for half of it to be free, or
+        // for an executor with nothing to run: the first one to go idle
+        // says so (a freed slot alone might not wake it for a while, its
+        // finish still gathering with others).
+        if (queue_.prefetch > 0 && idle_.size() == 1 && ClaimWantedLocked(capacity() - busy_)) {
+          wake_ = true;
+          claim_loop_.Notify();
+        }
         seat.cv.wait(lock, [&]() REQUIRES(claim_loop_.mu()) { return seat.woken; });
         if (waking_ == &seat) waking_ = nullptr;
       }
