@@ -162,7 +162,7 @@ TEST_CASE("status page in Chromium: every view renders the database's jobs, host
   REQUIRE(RunAkadzed({"jobs", "cancel", std::to_string(cancelled), "--database-url", db}).exit_code == 0);
   REQUIRE(WaitUntil([&] {
     return state(failed) == "failed" && state(unknown) == "failed" && state(running) == "running" &&
-           conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'").int64(0, 0) == 5 &&
+           test::JobsInState(conn, "succeeded") == 5 &&
            conn.exec("SELECT count(*) FROM akadze.jobs WHERE meta ? 'progress'").int64(0, 0) == 1 &&
            conn.exec("SELECT COALESCE(sum(succeeded), 0) FROM akadze.queue_minutes").int64(0, 0) == 5;
   }));

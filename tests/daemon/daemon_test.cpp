@@ -261,7 +261,7 @@ TEST_CASE("SIGTERM during a claim: the jobs it brings run before the daemon stop
   CHECK(daemon->Wait(30s) == 0);
   INFO(daemon->Log());
   CHECK(f.State(id) == "succeeded");
-  CHECK(f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0) == 0);
+  CHECK(test::JobsInState(f.conn, "running") == 0);
 }
 
 TEST_CASE("prefetch: jobs beyond the slots wait claimed, start one slot at a time, and go back on SIGTERM",
@@ -286,11 +286,11 @@ TEST_CASE("prefetch: jobs beyond the slots wait claimed, start one slot at a tim
   auto daemon = f.Start(config);
   // One slot and two prefetched: three running in the database at once,
   // never more, and the handler never twice at a time.
-  auto running = [&] { return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0); };
+  auto running = [&] { return test::JobsInState(f.conn, "running"); };
   std::int64_t peak = 0;
   REQUIRE(WaitUntil([&] {
     peak = std::max(peak, running());
-    return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'").int64(0, 0) == 6;
+    return test::JobsInState(f.conn, "succeeded") == 6;
   }));
   CHECK(peak <= 3);
   CHECK(daemon->Log().find("claim queue=default jobs=3 free_slots=3") != std::string::npos);
@@ -337,7 +337,7 @@ TEST_CASE("prefetch: a claim waits until half the prefetch is free, not one clai
   for (int i = 0; i < 12; ++i) f.Enqueue("nap");
   auto daemon = f.Start(config);
   REQUIRE(WaitUntil([&] {
-    return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'").int64(0, 0) == 12;
+    return test::JobsInState(f.conn, "succeeded") == 12;
   }));
   const std::vector<int> sizes = ClaimSizes(daemon->Log());
   INFO(daemon->Log());
@@ -358,7 +358,7 @@ TEST_CASE("finish_batch_delay: finishes wait for each other and go out in one st
   for (int i = 0; i < 10; ++i) f.Enqueue("quick");
   auto daemon = f.Start(config);
   REQUIRE(WaitUntil([&] {
-    return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'").int64(0, 0) == 10;
+    return test::JobsInState(f.conn, "succeeded") == 10;
   }));
   INFO(daemon->Log());
   // One claim of 10, run two at a time in well under the delay: their
@@ -396,7 +396,7 @@ TEST_CASE("kill -9 of a daemon: another rescues its jobs after heartbeat_ttl", "
   std::vector<std::int64_t> ids;
   for (int i = 0; i < 3; ++i) ids.push_back(f.Enqueue("work"));
   REQUIRE(WaitUntil([&] {
-    return f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0) == 3;
+    return test::JobsInState(f.conn, "running") == 3;
   }));
   first->Signal(SIGKILL);
   REQUIRE(first->Wait() == 128 + SIGKILL);

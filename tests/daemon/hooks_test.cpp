@@ -22,7 +22,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::int64_t Count(pg::Connection& conn, const std::string& sql) { return conn.exec(sql).int64(0, 0); }
 
 constexpr const char* kOutboxTable =
     "CREATE TABLE outbox (seq bigserial PRIMARY KEY, job_id bigint NOT NULL, task text,"
@@ -89,9 +88,9 @@ TEST_CASE("a finish's hook writes its outbox row in the finish's transaction", "
   CHECK(Transitions(conn, bad) == std::vector<std::string>{"running->failed"});
   CHECK(conn.exec("SELECT result::text FROM outbox WHERE job_id = $1", pg::Params().add(ok))
             .text(0, 0) == R"({"n": 1})");
-  CHECK(Count(conn, "SELECT count(*) FROM outbox WHERE source = 'failed-only' AND job_id = " +
+  CHECK(test::Count(conn, "SELECT count(*) FROM outbox WHERE source = 'failed-only' AND job_id = " +
                         std::to_string(bad)) == 1);
-  CHECK(Count(conn, "SELECT count(*) FROM outbox WHERE source = 'failed-only'") == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM outbox WHERE source = 'failed-only'") == 1);
 }
 
 TEST_CASE("a failing hook rolls the finish back: the job stays running", "[hooks]") {
@@ -116,7 +115,7 @@ TEST_CASE("a failing hook rolls the finish back: the job stays running", "[hooks
   // Nothing of it stayed: neither the state change nor the first hook's row.
   CHECK(conn.exec("SELECT state FROM akadze.jobs WHERE id = $1", pg::Params().add(id)).text(0, 0) ==
         "running");
-  CHECK(Count(conn, "SELECT count(*) FROM outbox") == 0);
+  CHECK(test::Count(conn, "SELECT count(*) FROM outbox") == 0);
   CHECK(conn.exec("SELECT 1").rows() == 1);  // the connection is usable again
 
   conn.exec("UPDATE gate SET open = true");

@@ -61,7 +61,6 @@ struct MetricsFixture {
               pg::Params().add(task).add(args).add(max_attempts))
         .int64(0, 0);
   }
-  std::int64_t Count(const std::string& sql) { return conn.exec(sql).int64(0, 0); }
 };
 
 std::string Shell(const std::string& task, const std::string& script) {
@@ -103,8 +102,8 @@ TEST_CASE("/metrics: outcomes, durations, job gauges, slots and build info match
   f.Enqueue("broken", 1);
   // Finished in the database: 4 succeeded (3 ok, flaky's second run), 2 failed.
   REQUIRE(WaitUntil([&] {
-    return f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'") == 4 &&
-           f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'failed'") == 2;
+    return test::JobsInState(f.conn, "succeeded") == 4 &&
+           test::JobsInState(f.conn, "failed") == 2;
   }));
   // The counters follow the finishes; the database gauges are up to a
   // second old: await both rather than sleep.
@@ -146,7 +145,7 @@ TEST_CASE("/metrics: outcomes, durations, job gauges, slots and build info match
   for (const char* state : {"queued", "running", "succeeded", "failed", "cancelled"}) {
     INFO(state);
     CHECK(Value(e, "akadzed_jobs", {{"queue", "default"}, {"state", state}}) ==
-          f.Count(std::string("SELECT count(*) FROM akadze.jobs WHERE state = '") + state + "'"));
+          test::JobsInState(f.conn, state));
   }
   CHECK(Value(e, "akadzed_queue_ready_jobs", {{"queue", "default"}}) == 0);
   CHECK(Value(e, "akadzed_queue_lag_seconds", {{"queue", "default"}}) == 0);
@@ -199,7 +198,7 @@ TEST_CASE("/metrics while jobs run: busy slots, limit keys in use, lag of an uns
   f.conn.exec("INSERT INTO akadze.jobs (task, queue, run_at) VALUES ('hold', 'other',"
               " now() - interval '90 seconds')");
   REQUIRE(WaitUntil([&] {
-    return f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'running'") == 3;
+    return test::JobsInState(f.conn, "running") == 3;
   }));
   PromExposition e;
   REQUIRE(WaitUntil([&] {
@@ -260,12 +259,12 @@ TEST_CASE("the daemon sweeps cancel-requested and expired queued jobs: logged an
               " ('ok', now() + interval '1 hour', now() + interval '300 ms')");
   const std::int64_t runs = f.Enqueue("ok");
   REQUIRE(WaitUntil([&] {
-    return f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'cancelled'") == 3 &&
-           f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'") == 1;
+    return test::JobsInState(f.conn, "cancelled") == 3 &&
+           test::JobsInState(f.conn, "succeeded") == 1;
   }));
-  CHECK(f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'cancelled' AND errors @>"
+  CHECK(test::Count(f.conn, "SELECT count(*) FROM akadze.jobs WHERE state = 'cancelled' AND errors @>"
                 " '[{\"error\": \"Expired\"}]'") == 1);
-  CHECK(f.Count("SELECT count(*) FROM akadze.jobs WHERE id = " + std::to_string(runs) +
+  CHECK(test::Count(f.conn, "SELECT count(*) FROM akadze.jobs WHERE id = " + std::to_string(runs) +
                 " AND state = 'succeeded'") == 1);
   CHECK(daemon->WaitForLog("swept cancel_requested=0 expired=1"));
   PromExposition after = Scrape(port);
@@ -378,7 +377,7 @@ TEST_CASE("a taken metrics port: run exits 1 with one clear line; enabled: false
                      ": Address already in use (set metrics.listen, or metrics.enabled: false)") !=
         std::string::npos);
   CHECK(Lines(run.err).size() == 1);
-  CHECK(f.Count("SELECT count(*) FROM akadze.workers") == 0);  // failed before registering
+  CHECK(test::Count(f.conn, "SELECT count(*) FROM akadze.workers") == 0);  // failed before registering
 
   config = f.Config(Shell("noop", noop),
                     "metrics:\n  enabled: false\n  listen: 127.0.0.1:" + port + "\n");

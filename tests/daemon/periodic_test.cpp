@@ -17,7 +17,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::int64_t Count(pg::Connection& conn, const std::string& sql) { return conn.exec(sql).int64(0, 0); }
 
 constexpr std::int64_t kMinute = 60'000'000;
 
@@ -68,7 +67,7 @@ TEST_CASE("a fire is recorded once, with its job, and then taken", "[periodic]")
   CHECK(job.text(0, 4) == R"({"kind": "daily"})");
   CHECK(job.text(0, 5) == "t");
   CHECK(job.text(0, 6) == "queued");
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.periodic_runs WHERE name = 'nightly' AND job_id = " +
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs WHERE name = 'nightly' AND job_id = " +
                         std::to_string(first.job_id) +
                         " AND fire_at = to_timestamp(" + std::to_string(first.fire_at_us) +
                         " / 1000000.0)") == 1);
@@ -76,12 +75,12 @@ TEST_CASE("a fire is recorded once, with its job, and then taken", "[periodic]")
   FireResult again = FirePeriodic(conn, entry);
   CHECK(again.kind == FireResult::Kind::kTaken);
   CHECK(again.fire_at_us == first.fire_at_us);
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs") == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 1);
 
   // Outside the grace nothing happens at all.
   PeriodicConfig yearly = Entry("yearly", Schedule::Cron("0 0 1 1 *"));
   if (FirePeriodic(conn, yearly).kind == FireResult::Kind::kNone) {
-    CHECK(Count(conn, "SELECT count(*) FROM akadze.periodic_runs WHERE name = 'yearly'") == 0);
+    CHECK(test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs WHERE name = 'yearly'") == 0);
   }
 }
 
@@ -99,15 +98,15 @@ TEST_CASE("overlap: false rolls the fire back while the previous job is active",
   conn.exec("DELETE FROM akadze.periodic_runs");
   conn.exec("UPDATE akadze.jobs SET state = 'running', worker_id = gen_random_uuid()");
   CHECK(FirePeriodic(conn, entry).kind == FireResult::Kind::kOverlapped);
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.periodic_runs") == 0);
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs") == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs") == 0);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 1);
 
   // Once it finished, the same fire goes through, late but within its grace.
   conn.exec("UPDATE akadze.jobs SET state = 'succeeded', worker_id = NULL, finished_at = now()");
   FireResult late = FirePeriodic(conn, entry);
   CHECK(late.kind == FireResult::Kind::kEnqueued);
   CHECK(late.fire_at_us == first.fire_at_us);
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs WHERE state = 'queued'") == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE state = 'queued'") == 1);
 }
 
 // A config whose periodic entry enqueues into a queue no daemon claims from,
@@ -138,20 +137,20 @@ TEST_CASE("three daemons with one periodic entry create exactly one job per fire
   }
   for (auto& d : daemons) REQUIRE(d->WaitForLog("started worker="));
   // Five fires after all three run.
-  const std::int64_t before = Count(conn, "SELECT count(*) FROM akadze.periodic_runs");
+  const std::int64_t before = test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs");
   REQUIRE(test::WaitUntil(
-      [&] { return Count(conn, "SELECT count(*) FROM akadze.periodic_runs") >= before + 5; }, 30s));
+      [&] { return test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs") >= before + 5; }, 30s));
   for (auto& d : daemons) d->Signal(SIGTERM);
   for (auto& d : daemons) CHECK(d->Wait() == 0);
 
-  const std::int64_t fires = Count(conn, "SELECT count(*) FROM akadze.periodic_runs WHERE name = 'tick'");
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs WHERE task = 'tick' AND queue = 'ticks'") == fires);
+  const std::int64_t fires = test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs WHERE name = 'tick'");
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE task = 'tick' AND queue = 'ticks'") == fires);
   // Each fire links its own job; no job without a fire.
-  CHECK(Count(conn, "SELECT count(DISTINCT job_id) FROM akadze.periodic_runs WHERE name = 'tick'") == fires);
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs j"
+  CHECK(test::Count(conn, "SELECT count(DISTINCT job_id) FROM akadze.periodic_runs WHERE name = 'tick'") == fires);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs j"
                     " WHERE NOT EXISTS (SELECT 1 FROM akadze.periodic_runs r WHERE r.job_id = j.id)") == 0);
   // Fire instants are whole seconds, one per second.
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.periodic_runs"
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs"
                     " WHERE fire_at <> date_trunc('second', fire_at)") == 0);
   // The daemons' logs agree: one periodic_enqueued line per fire in all.
   std::int64_t logged = 0;
@@ -175,7 +174,7 @@ TEST_CASE("the daemon skips a fire while the entry's previous job is active (ove
       PeriodicConfigYaml("  sync:\n    every: 1s\n    queue: ticks\n    overlap: false\n"));
   test::DaemonProcess daemon({"run", "--config", config, "--database-url", db}, {},
                              dir.path() + "/daemon.log");
-  REQUIRE(test::WaitUntil([&] { return Count(conn, "SELECT count(*) FROM akadze.jobs") == 1; }, 30s));
+  REQUIRE(test::WaitUntil([&] { return test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 1; }, 30s));
   // Later fires come and are skipped; still one job, one recorded fire.
   REQUIRE(daemon.WaitForLog("periodic_skipped name=sync"));
   const std::string log = daemon.Log();
@@ -183,14 +182,14 @@ TEST_CASE("the daemon skips a fire while the entry's previous job is active (ove
   REQUIRE(test::WaitUntil([&] {
     return daemon.Log().find("periodic_skipped name=sync", first_skip + 1) != std::string::npos;
   }, 30s));
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs") == 1);
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.periodic_runs") == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs") == 1);
 
   conn.exec("UPDATE akadze.jobs SET state = 'cancelled', finished_at = now()");
   CHECK(test::WaitUntil([&] {
-    return Count(conn, "SELECT count(*) FROM akadze.jobs WHERE state = 'queued'") == 1;
+    return test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE state = 'queued'") == 1;
   }, 30s));
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs WHERE unique_key = 'periodic:sync'") == 2);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE unique_key = 'periodic:sync'") == 2);
   daemon.Signal(SIGTERM);
   CHECK(daemon.Wait() == 0);
 }

@@ -14,7 +14,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::int64_t Count(pg::Connection& conn, const std::string& sql) { return conn.exec(sql).int64(0, 0); }
 
 TEST_CASE("a prune batch deletes old finished jobs, periodic runs and start marks only",
           "[prune]") {
@@ -43,10 +42,10 @@ TEST_CASE("a prune batch deletes old finished jobs, periodic runs and start mark
   CHECK(second.start_marks == 0);
   CHECK(PruneBatch(conn, week, 4).jobs == 0);
   // Left: the three finished a day ago, the queued and the running job.
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs") == 5);
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.jobs WHERE finished_at < now() - interval '2 days'") == 0);
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.periodic_runs") == 1);
-  CHECK(Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 5);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE finished_at < now() - interval '2 days'") == 0);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs") == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 1);
 }
 
 TEST_CASE("the daemon prunes finished jobs past the retention", "[prune][daemon]") {
@@ -64,7 +63,7 @@ TEST_CASE("the daemon prunes finished jobs past the retention", "[prune][daemon]
   conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) VALUES ('t', 'failed', now())");
   test::DaemonProcess daemon({"run", "--config", config, "--database-url", db}, {},
                              dir.path() + "/daemon.log");
-  CHECK(test::WaitUntil([&] { return Count(conn, "SELECT count(*) FROM akadze.jobs") == 1; }, 30s));
+  CHECK(test::WaitUntil([&] { return test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 1; }, 30s));
   CHECK(daemon.WaitForLog("prune jobs=25 "));
   daemon.Signal(SIGTERM);
   CHECK(daemon.Wait() == 0);

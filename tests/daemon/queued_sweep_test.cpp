@@ -111,7 +111,7 @@ TEST_CASE("sweep: batches are bounded, rows another transaction holds are left f
   CHECK(Field(conn, held, "state") == "queued");
   lock.rollback();
   CHECK(Ids(SweepQueuedJobs(conn, 3)) == std::vector<std::int64_t>{held});
-  CHECK(conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'cancelled'").int64(0, 0) == 12);
+  CHECK(test::JobsInState(conn, "cancelled") == 12);
 }
 
 TEST_CASE("sweep: queued -> cancelled hooks run in its transaction; a refused job stays queued",

@@ -273,7 +273,7 @@ TEST_CASE("a queue cap is counted after the claim lock: a claim waiting behind a
   ClaimResult got = waiting.get();
   CHECK(got.queue_running == 3);
   CHECK(got.jobs.size() == 1);
-  CHECK(conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running'").int64(0, 0) == 4);
+  CHECK(test::JobsInState(conn, "running") == 4);
 }
 
 TEST_CASE("slots counted at the lock: a claim takes what its caller freed while it waited for the claim lock",
@@ -323,7 +323,7 @@ TEST_CASE("slots counted at the lock: a claim takes what its caller freed while 
   r.slots_at_lock = [] { return 0; };
   ClaimResult none = RunClaim(conn, r);
   CHECK(none.jobs.empty());
-  CHECK(conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'queued'").int64(0, 0) == 2);
+  CHECK(test::JobsInState(conn, "queued") == 2);
   // expected_slots beyond slots is a bad request.
   r.expected_slots = 3;
   CHECK_THROWS_AS(RunClaim(conn, r), std::invalid_argument);

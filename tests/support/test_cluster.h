@@ -52,4 +52,11 @@ std::string AkadzedBinary();
 // cluster-wide (other test programs' databases share the cluster).
 std::int64_t AdvisoryLockWaiters(pg::Connection& conn);
 
+// The first column of the first row of `sql` (a `SELECT count(*) ...`), as
+// an integer.
+std::int64_t Count(pg::Connection& conn, const std::string& sql);
+
+// How many rows of akadze.jobs are in `state`.
+std::int64_t JobsInState(pg::Connection& conn, const std::string& state);
+
 }  // namespace akadzed::test

@@ -136,6 +136,12 @@ std::int64_t AdvisoryLockWaiters(pg::Connection& conn) {
       .int64(0, 0);
 }
 
+std::int64_t Count(pg::Connection& conn, const std::string& sql) { return conn.exec(sql).int64(0, 0); }
+
+std::int64_t JobsInState(pg::Connection& conn, const std::string& state) {
+  return conn.exec("SELECT count(*) FROM akadze.jobs WHERE state = $1", pg::Params().add(state)).int64(0, 0);
+}
+
 }  // namespace akadzed::test
 
 int main(int argc, char** argv) {
