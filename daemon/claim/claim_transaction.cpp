@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
+#include "claim/first_window.h"
 #include "claim/key_locks.h"
 #include "claim/window_reads.h"
 #include "pg/pg_error.h"
@@ -27,6 +29,10 @@ void ValidateClaimRequest(const ClaimRequest& request) {
   }
   if (request.aging_us && *request.aging_us <= 0) {
     throw std::invalid_argument("aging interval must be positive");
+  }
+  if (request.first_window_per_slot != 0 &&
+      !(request.first_window_per_slot >= 1 && request.first_window_per_slot <= 64)) {
+    throw std::invalid_argument("first window rows per slot must be 0 or from 1 to 64");
   }
 }
 
@@ -176,6 +182,7 @@ class ClaimRun {
         }
         if (step_.plan.empty() || ClaimPlan()) break;
       }
+      if (!step_.plan.empty()) result().rows_needed = RowsNeeded();
     }
     return Finish();
   }
@@ -217,7 +224,9 @@ class ClaimRun {
     options.mode = request_.mode;
     options.slots = request_.slots;
     const int expected = request_.expected_slots > 0 ? request_.expected_slots : request_.slots;
-    options.first_window = std::int64_t{expected} * 4;
+    const double per_slot =
+        request_.first_window_per_slot > 0 ? request_.first_window_per_slot : FirstWindowSizer::kMaxPerSlot;
+    options.first_window = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(expected * per_slot)));
     const pg::Params cap_params = pg::Params().add(request_.queue);
     pg::Result head;
     pg::Result cap;
@@ -288,6 +297,7 @@ class ClaimRun {
 
   // The catch-ups and windows the planner asked for, into the planner.
   void ReadRound() {
+    if (!catch_ups_.empty() || request_.aging_us) rows_needed_known_ = false;
     for (const CatchUpRead& c : catch_ups_) {
       std::vector<ReadyRow> rows = ReadCatchUp(tx_, ctx_, c);
       result().rows_read += static_cast<std::int64_t>(rows.size());
@@ -312,6 +322,10 @@ class ClaimRun {
         ++result().windows;
         if (windows[i].keyed) ++result().keyed_windows;
         result().rows_read += static_cast<std::int64_t>(windows[i].rows.size());
+        if (windows[i].keyed || !reads_[i].skip_keys.empty() || reads_[i].skip_null_key) plain_prefix_ = false;
+        if (plain_prefix_) {
+          for (const ReadyRow& row : windows[i].rows) plain_positions_.push_back(row.index_position());
+        }
         planner_->AddWindow(reads_[i], windows[i].rows, windows[i].exhausted);
       }
     }
@@ -515,6 +529,22 @@ class ClaimRun {
     }
   }
 
+  // ClaimResult::rows_needed: the rows read at or before the plan's last
+  // row in index order (claim order, without aging), when that row lies in
+  // the plain prefix of the reads (plain_positions_): windows after it,
+  // which skip groups, start after it and cannot hold an earlier row.
+  std::optional<std::int64_t> RowsNeeded() const {
+    if (!rows_needed_known_ || plain_positions_.empty()) return std::nullopt;
+    IndexPosition last = planner_->Find(step_.plan.front())->index_position();
+    for (std::int64_t id : step_.plan) {
+      const IndexPosition p = planner_->Find(id)->index_position();
+      if (IndexBefore(last, p)) last = p;
+    }
+    if (IndexBefore(plain_positions_.back(), last)) return std::nullopt;
+    return std::count_if(plain_positions_.begin(), plain_positions_.end(),
+                         [&](const IndexPosition& p) { return !IndexBefore(last, p); });
+  }
+
   // Ends the transaction when the claim owns its end and has not ended it.
   ClaimOutcome Finish() {
     if (end_ != ClaimEnd::kCaller && !outcome_.ended) {
@@ -549,6 +579,13 @@ class ClaimRun {
   std::vector<WindowRead> reads_;
   std::vector<CatchUpRead> catch_ups_;
   PlanStep step_;
+  // For RowsNeeded: where each row of the reads' plain prefix sits in the
+  // index (windows that neither skip nor read around groups, in order);
+  // whether the windows so far are all plain; and whether rows needed can
+  // be told at all (not with aging's levels or a catch-up read).
+  std::vector<IndexPosition> plain_positions_;
+  bool plain_prefix_ = true;
+  bool rows_needed_known_ = true;
   std::unordered_map<std::string, KeyInfo> keys_;
   UnlockedCounts unlocked_;
   std::vector<std::string> locked_keys_;

@@ -3,7 +3,7 @@
 // claim/key_locks.h; this file runs the claim.
 //
 // One call claims from one queue in one transaction: read ready rows through
-// jobs_claim_idx in windows (slots * 4, doubling), lock and count newly seen
+// jobs_claim_idx in windows (slots * 4 or as the request says, doubling), lock and count newly seen
 // limit keys, let the planner decide, lock the plan with FOR UPDATE SKIP
 // LOCKED (reading on when rows were taken by someone else), mark the jobs
 // running and record their starts, commit.
@@ -54,6 +54,12 @@ struct ClaimRequest {
   // may free while it waits (slots_at_lock) reads no more rows at first
   // than the slots free when it was sent need.
   int expected_slots = 0;
+  // Rows a slot the first window reads without aging: expected_slots times
+  // this. 0: 4 (FirstWindowSizer::kMaxPerSlot); else 1 to 64. A smaller
+  // window costs a claim that needs more rows a further read, never a
+  // different plan. With aging each level's first window is expected_slots
+  // rows, whatever this says.
+  double first_window_per_slot = 0;
   // Asked once per try of the claim, after its first round trip (RunClaim:
   // once it holds the queue's claim lock), how many jobs the caller can take
   // now; the claim takes at most min(slots, that), and nothing when that is
@@ -101,6 +107,14 @@ struct ClaimResult {
   int keyed_windows = 0;         // of those, read around skipped groups (keyed_window.h)
   int streams = 1;               // 1, or the priority levels read with aging
   std::int64_t rows_read = 0;    // rows those reads (and catch-ups) returned
+  // Of the rows read, those at or before the last planned row in claim
+  // order: what a first window would have needed to settle this plan in one
+  // read (FirstWindowSizer). Known when something was planned and its last
+  // row lies in the reads' plain prefix: windows of jobs_claim_idx that
+  // neither skip nor read around groups (later windows that do start after
+  // it). nullopt otherwise, and always with aging or after a catch-up read.
+  // RunClaim: of its last try.
+  std::optional<std::int64_t> rows_needed;
   int lock_rounds = 0;           // claiming statements (FOR UPDATE SKIP LOCKED rounds)
   int keys_locked_elsewhere = 0; // keys skipped because another claim held them
   // RunClaim: claims that ended without a job because a key planned on its

@@ -382,6 +382,59 @@ TEST_CASE("the first window is slots x 4 rows", "[claim]") {
   CHECK(res.jobs.size() == 3);
   CHECK(res.windows == 1);
   CHECK(res.rows_read == 12);
+  // The head of the queue was all the plan needed.
+  CHECK(res.rows_needed == 3);
+}
+
+// FirstWindowSizer's input and output: rows_needed counts the rows up to
+// the plan's last one; a smaller first window reads that much, and one too
+// small for the plan reads on to the same jobs.
+TEST_CASE("the first window as the request sizes it: rows needed, and reading on when too small",
+          "[claim][first_window]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  SetLimit(conn, LimitRow{"a", 1, std::nullopt, std::nullopt});
+  // a, free, a, free, ... in claim order: 40 rows, 20 of key a.
+  conn.exec("INSERT INTO akadze.jobs (task, queue, limit_key, run_at)"
+            " SELECT 't', 'q', CASE WHEN i % 2 = 1 THEN 'a' END, now() - interval '1 day' + i * interval '1 ms'"
+            " FROM generate_series(1, 40) i");
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 4;
+  r.dry_run = true;
+  test::ReferenceClaimRequest ref{"q", 4, false, {}, std::nullopt};
+  const Ids want = test::ReferenceClaim(conn, ref);
+  REQUIRE(want.size() == 4);
+  auto ids = [](const ClaimResult& res) {
+    Ids out;
+    for (const ClaimedJob& j : res.jobs) out.push_back(j.id);
+    return out;
+  };
+  // The fixed 16 rows: the plan (a's first job and three free ones) ends at
+  // the sixth row.
+  ClaimResult fixed = RunClaim(conn, r);
+  CHECK(ids(fixed) == want);
+  CHECK(fixed.windows == 1);
+  CHECK(fixed.rows_read == 16);
+  CHECK(fixed.rows_needed == 6);
+  // 1.5 rows a slot: 6 rows, just enough.
+  r.first_window_per_slot = 1.5;
+  ClaimResult sized = RunClaim(conn, r);
+  CHECK(ids(sized) == want);
+  CHECK(sized.windows == 1);
+  CHECK(sized.rows_read == 6);
+  CHECK(sized.rows_needed == 6);
+  // One row a slot: 4 rows hold two free jobs; the planner reads on (a
+  // further window skipping a, which is at its limit) to the same plan.
+  r.first_window_per_slot = 1;
+  ClaimResult small = RunClaim(conn, r);
+  CHECK(ids(small) == want);
+  CHECK(small.windows >= 2);
+  CHECK(small.rows_read >= 6);
+  // Out of range: a bad request.
+  for (double bad : {0.5, 65.0, -1.0}) {
+    r.first_window_per_slot = bad;
+    CHECK_THROWS_AS(RunClaim(conn, r), std::invalid_argument);
+  }
 }
 
 // Reading around skipped groups (docs/claim.md): a key at its limit owns

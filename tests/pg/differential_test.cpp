@@ -35,6 +35,8 @@ struct CaseReport {
   std::vector<std::int64_t> got;
   std::int64_t rows_read = 0;
   int windows = 0;
+  std::optional<std::int64_t> rows_needed;
+  bool aging = false;
 };
 
 std::string Join(const std::vector<std::int64_t>& ids) {
@@ -211,17 +213,27 @@ CaseReport RunCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint6
   CaseReport report;
   report.want = test::ReferenceClaim(conn, ref);
 
+  // The first window as the daemon may size it (FirstWindowSizer): the
+  // default 4 rows a slot, or fewer, so that more claims need further reads.
+  // Drawn last: the cases' queues stay what they were.
+  const double per_slot[] = {0, 1, 1.5, 2.5};
+  const double first_window_per_slot = per_slot[uni(0, 3)];
+  desc << " first_window_per_slot=" << first_window_per_slot;
+
   ClaimRequest request;
   request.queue = queue;
   request.slots = slots;
   request.mode = fair ? ClaimMode::kFair : ClaimMode::kOrdered;
   request.dry_run = dry_run;
   request.aging_us = aging_us;
+  request.first_window_per_slot = first_window_per_slot;
   ClaimResult result = tx ? ClaimInTransaction(*tx, request) : RunClaim(conn, request);
   if (tx) tx->rollback();
   for (const ClaimedJob& j : result.jobs) report.got.push_back(j.id);
   report.rows_read = result.rows_read;
   report.windows = result.windows;
+  report.rows_needed = result.rows_needed;
+  report.aging = aging_us.has_value();
   if (holder) holder->rollback();
   report.description = desc.str();
   return report;
@@ -235,7 +247,7 @@ void RunCases(bool fair, bool aging) {
   std::string db = test::FreshDatabase();
   pg::Connection conn = pg::Connection::Open(db);
   pg::Connection holder = pg::Connection::Open(db);
-  std::int64_t nonempty = 0, multi_window = 0, compared = 0;
+  std::int64_t nonempty = 0, multi_window = 0, compared = 0, rows_needed_known = 0;
   const std::uint64_t base = (fair ? 2'000'000 : 1'000'000) + (aging ? 10'000'000 : 0);
   for (std::int64_t i = 0; i < cases; ++i) {
     std::uint64_t seed = only ? *only : base + static_cast<std::uint64_t>(i);
@@ -247,6 +259,15 @@ void RunCases(bool fair, bool aging) {
                          << "]\n  replay with AKADZED_DIFF_SEED=" << seed);
       REQUIRE(r.got == r.want);
     }
+    if (r.rows_needed) {
+      // What the plan needed: each job it took, at most what was read.
+      INFO(r.description << "\n  rows_needed " << *r.rows_needed << ", rows_read " << r.rows_read
+                         << "\n  replay with AKADZED_DIFF_SEED=" << seed);
+      REQUIRE(!r.aging);
+      REQUIRE(*r.rows_needed >= static_cast<std::int64_t>(r.got.size()));
+      REQUIRE(*r.rows_needed <= r.rows_read);
+      ++rows_needed_known;
+    }
     if (!r.want.empty()) ++nonempty;
     if (r.windows > 1) ++multi_window;
     if (only) break;
@@ -256,6 +277,7 @@ void RunCases(bool fair, bool aging) {
     CHECK(compared == cases);
     CHECK(nonempty > cases / 2);
     CHECK(multi_window > cases / 50);
+    if (!aging) CHECK(rows_needed_known > cases / 4);
   }
 }
 

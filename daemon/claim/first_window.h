@@ -1,0 +1,50 @@
+// FirstWindowSizer: how many rows a slot a queue's next claim reads in its
+// first window, from what its last claim needed.
+//
+// A claim reads ready rows in windows, the first of expected_slots * 4 rows
+// (ClaimRequest::first_window_per_slot): 4 rows a slot leave room for rows
+// the claim cannot take (keys at their limits, rows other claims hold)
+// without a second read, a round trip while the queue's claim lock is held.
+// A queue whose claims take the rows at its head (no limit keys at their
+// limits, no other claimer) still read 4 rows for each job: the window read
+// was a fifth of the server's CPU in the no-op burn-down (docs/benchmarks.md).
+//
+// The rule: after a claim that planned P jobs and needed R rows of its
+// windows (ClaimResult::rows_needed: the rows read up to its last planned
+// row), the next first window reads kMargin * R / P rows a slot, at least
+// kMargin, at most kMaxPerSlot (the fixed size it replaces). A claim whose
+// rows_needed is unknown (aging, groups read around or skipped, catch-ups)
+// puts it back to kMaxPerSlot; a claim that planned nothing leaves it. A
+// window too small for the claim costs one more window read (twice the
+// size), never a different plan: the planner reads until its plan is
+// settled (claim/claim_planner.h), so the size changes only how many reads
+// a claim takes.
+//
+// Thread-safety: none; one sizer belongs to one queue's claim loop.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace akadzed {
+
+class FirstWindowSizer {
+ public:
+  // The fixed size before sizing, and the most it reads.
+  static constexpr double kMaxPerSlot = 4.0;
+  // Room above the last claim's need: for slots that free while the claim
+  // waits for the claim lock (counted at the lock), and rows taken by then.
+  static constexpr double kMargin = 1.5;
+
+  // Rows a slot for the next claim's first window.
+  double per_slot() const { return per_slot_; }
+
+  // What the last claim planned (jobs claimed and failed as Unprocessable)
+  // and the rows it needed (nullopt: not known).
+  void Observe(std::int64_t planned, std::optional<std::int64_t> rows_needed);
+
+ private:
+  double per_slot_ = kMaxPerSlot;
+};
+
+}  // namespace akadzed

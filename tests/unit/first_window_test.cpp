@@ -1,0 +1,53 @@
+// FirstWindowSizer (daemon/claim/first_window.h): the next first window from
+// what the last claim needed, by rule.
+#include <catch2/catch.hpp>
+
+#include <optional>
+
+#include "claim/first_window.h"
+
+namespace akadzed {
+namespace {
+
+TEST_CASE("first window: 4 rows a slot until a claim says what it needed", "[first_window]") {
+  FirstWindowSizer sizer;
+  CHECK(sizer.per_slot() == FirstWindowSizer::kMaxPerSlot);
+  // A claim that planned nothing tells nothing.
+  sizer.Observe(0, std::nullopt);
+  CHECK(sizer.per_slot() == 4.0);
+  sizer.Observe(0, 0);
+  CHECK(sizer.per_slot() == 4.0);
+}
+
+TEST_CASE("first window: the last claim's rows a job, with the margin, from 1.5 to 4", "[first_window]") {
+  FirstWindowSizer sizer;
+  // The head of the queue was all it needed: the margin alone.
+  sizer.Observe(500, 500);
+  CHECK(sizer.per_slot() == Approx(1.5));
+  // Two rows a job (half the rows at a key's limit): 3.
+  sizer.Observe(100, 200);
+  CHECK(sizer.per_slot() == Approx(3.0));
+  // Four rows a job or more: the fixed size, never beyond it.
+  sizer.Observe(10, 100);
+  CHECK(sizer.per_slot() == 4.0);
+  sizer.Observe(10, 11);
+  CHECK(sizer.per_slot() == Approx(1.65));
+  // Fewer rows than jobs cannot be: counted as one a job.
+  sizer.Observe(10, 3);
+  CHECK(sizer.per_slot() == Approx(1.5));
+}
+
+TEST_CASE("first window: a claim whose need is unknown puts it back to 4", "[first_window]") {
+  FirstWindowSizer sizer;
+  sizer.Observe(500, 500);
+  REQUIRE(sizer.per_slot() == Approx(1.5));
+  sizer.Observe(7, std::nullopt);
+  CHECK(sizer.per_slot() == 4.0);
+  // An empty claim after it leaves it where it is.
+  sizer.Observe(500, 500);
+  sizer.Observe(0, std::nullopt);
+  CHECK(sizer.per_slot() == Approx(1.5));
+}
+
+}  // namespace
+}  // namespace akadzed
