@@ -157,6 +157,8 @@ void QueueRunner::ClaimLoop() {
       // hundreds of slots) for the slots free now: a window of 4 rows a
       // slot that a few freed slots will not use costs more than it saves.
       request.expected_slots = std::max(free_slots, std::min(capacity(), kWholeWindowSlots));
+      // Rows a slot as the last claim of this queue needed (claim/first_window.h).
+      request.first_window_per_slot = first_window_.per_slot();
       request.slots_at_lock = [this, &free_slots] {
         MutexLock lock(claim_loop_.mu());
         free_slots = capacity() - busy_;
@@ -259,6 +261,8 @@ void QueueRunner::ClaimLoop() {
         }
         capped_logged = result.capped;
         metrics_.Claimed(queue_.name, result);
+        first_window_.Observe(static_cast<std::int64_t>(result.jobs.size() + result.unprocessable.size()),
+                              result.rows_needed);
         full = static_cast<int>(result.jobs.size() + result.unprocessable.size()) == free_slots;
         if (!result.jobs.empty()) {
           spdlog::info("claim queue={} jobs={} free_slots={} ms={:.1f}", LogValue(queue_.name),

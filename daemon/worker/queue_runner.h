@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "claim/claim_transaction.h"
+#include "claim/first_window.h"
 #include "config/config.h"
 #include "metrics/worker_metrics.h"
 #include "runtime/db_session.h"
@@ -178,6 +179,8 @@ class QueueRunner final : private SlotHolder {
   // Jobs a transition hook refused at the claim, passed over until then;
   // the claim thread only.
   std::unordered_map<std::int64_t, std::chrono::steady_clock::time_point> refused_;
+  // The size of the next claim's first window; the claim thread only.
+  FirstWindowSizer first_window_;
   bool executors_stop_ GUARDED_BY(claim_loop_.mu()) = false;
   bool wake_ GUARDED_BY(claim_loop_.mu()) = false;
   bool claim_in_flight_ GUARDED_BY(claim_loop_.mu()) = false;

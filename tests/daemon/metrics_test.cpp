@@ -183,6 +183,34 @@ TEST_CASE("/metrics: outcomes, durations, job gauges, slots and build info match
   CHECK(HttpGet(port, "/metrics").status == 0);  // the listener is gone
 }
 
+// FirstWindowSizer in the daemon (docs/claim.md, "The first window's
+// size"): a queue whose claims take the rows at its head reads 1.5 rows a
+// slot in each first window after the first claim, not 4 (16 rows a claim
+// for these 4 slots).
+TEST_CASE("claims of a queue with nothing to pass over read 1.5 rows a slot after the first",
+          "[daemon][metrics][first_window]") {
+  MetricsFixture f;
+  std::string ok = f.dir.Write("ok.sh", "#!/bin/sh\n", true);
+  f.conn.exec("INSERT INTO akadze.jobs (task) SELECT 'ok' FROM generate_series(1, 200)");
+  auto daemon = f.Start(f.Config(Shell("ok", ok), kListenAnyPort), f.db);
+  int port = ListenerPort(*daemon);
+  REQUIRE(WaitUntil([&] { return JobsInState(f.conn, "succeeded") == 200; }, 60s));
+  PromExposition e;
+  REQUIRE(WaitUntil([&] {
+    e = Scrape(port);
+    return Value(e, "akadzed_jobs_claimed_total", {{"queue", "default"}}) == 200;
+  }));
+  const double rows = Value(e, "akadzed_claim_rows_read_total", {{"queue", "default"}});
+  const double claims = Value(e, "akadzed_claim_duration_seconds_count", {{"queue", "default"}});
+  INFO("rows read " << rows << " in " << claims << " claims");
+  // The first claim reads 16 rows, every later one at most 6; with the
+  // fixed size every claim that found jobs read 16 while 16 were left.
+  CHECK(rows >= 200);
+  CHECK(rows <= 16 + 6 * (claims - 1));
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait() == 0);
+}
+
 TEST_CASE("/metrics while jobs run: busy slots, limit keys in use, lag of an unserved queue",
           "[daemon][metrics]") {
   MetricsFixture f;
