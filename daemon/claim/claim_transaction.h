@@ -56,8 +56,8 @@ struct ClaimRequest {
   int expected_slots = 0;
   // Rows a slot the first window reads without aging: expected_slots times
   // this. 0: 4 (FirstWindowSizer::kMaxPerSlot); else 1 to 64. A smaller
-  // window costs a claim that needs more rows a further read, never a
-  // different plan. With aging each level's first window is expected_slots
+  // window costs a claim that needs more rows further reads (windows double
+  // from it), never a different plan. With aging each level's first window is expected_slots
   // rows, whatever this says.
   double first_window_per_slot = 0;
   // Asked once per try of the claim, after its first round trip (RunClaim:
@@ -108,8 +108,10 @@ struct ClaimResult {
   int streams = 1;               // 1, or the priority levels read with aging
   std::int64_t rows_read = 0;    // rows those reads (and catch-ups) returned
   // Of the rows read, those at or before the last planned row in claim
-  // order: what a first window would have needed to settle this plan in one
-  // read (FirstWindowSizer). Known when something was planned and its last
+  // order: the rows a first window needs to hold this plan (FirstWindowSizer);
+  // a lower bound of what settles it in one read (a fair plan with rows of
+  // a later turn, or one shorter than its slots, settles only when the
+  // queue is read to its end). Known when something was planned and its last
   // row lies in the reads' plain prefix: windows of jobs_claim_idx that
   // neither skip nor read around groups (later windows that do start after
   // it). nullopt otherwise, and always with aging or after a catch-up read.

@@ -13,12 +13,15 @@
 // windows (ClaimResult::rows_needed: the rows read up to its last planned
 // row), the next first window reads kMargin * R / P rows a slot, at least
 // kMargin, at most kMaxPerSlot (the fixed size it replaces). A claim whose
-// rows_needed is unknown (aging, groups read around or skipped, catch-ups)
-// puts it back to kMaxPerSlot; a claim that planned nothing leaves it. A
-// window too small for the claim costs one more window read (twice the
-// size), never a different plan: the planner reads until its plan is
-// settled (claim/claim_planner.h), so the size changes only how many reads
-// a claim takes.
+// rows_needed is unknown (aging, a catch-up, or a plan that reaches into a
+// window that skipped or read around groups) puts it back to kMaxPerSlot;
+// a claim that planned nothing leaves it. A window too small for the claim
+// costs further reads, never a different plan: the planner reads until its
+// plan is settled (claim/claim_planner.h). Windows double from the smaller
+// start (1.5, 3, 6, 12 rows a slot against 4, 8, 16), so a claim that needs
+// many rows a slot may take one or two reads more than with the fixed size,
+// each maybe with a key-lock round trip, while the claim lock is held; the
+// next claim then reads 4 rows a slot again.
 //
 // Thread-safety: none; one sizer belongs to one queue's claim loop.
 #pragma once
