@@ -454,6 +454,7 @@ class Reader {
       q.mode = OneOf(*mode, {"ordered", "fair"}) == "fair" ? ClaimMode::kFair : ClaimMode::kOrdered;
     }
     if (const Item* aging = Find(fields, "aging")) q.aging_us = Duration(*aging, true);
+    if (const Item* keep = Find(fields, "keep_succeeded")) q.keep_succeeded = Bool(*keep);
     return q;
   }
 

@@ -60,6 +60,9 @@ struct QueueConfig {
   int prefetch = 0;
   ClaimMode mode = ClaimMode::kOrdered;          // "ordered" | "fair"
   std::optional<std::int64_t> aging_us;          // priority aging interval
+  // false: a job of this queue that succeeds is deleted by its finish, not
+  // kept for pruning (docs/configuration.md, "Keeping succeeded jobs").
+  bool keep_succeeded = true;
   int line = 0;                                  // where it was defined
 };
 

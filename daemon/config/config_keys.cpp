@@ -71,6 +71,7 @@ const ConfigKey kKeys[] = {
     {"queues[]", "prefetch", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.prefetch; }); }},
     {"queues[]", "mode", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.mode; }); }},
     {"queues[]", "aging", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.aging_us; }); }},
+    {"queues[]", "keep_succeeded", kRestart, [](Config a, Config b) { return AnyDiffers(a.queues, b.queues, [](const QueueConfig& q) { return q.keep_succeeded; }); }},
 
     {"handlers.*", "shell", kApplied, nullptr},
     {"handlers.*", "plugin", kApplied, nullptr},

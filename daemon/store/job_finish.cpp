@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -57,11 +58,29 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
                                      const TransitionListener* hooks, FinishPlan plan) {
   std::vector<FinishResult> results(requests.size());
   if (requests.empty()) return results;
-  std::vector<std::int64_t> ids, run_counts;
+  // A success of a request that keeps no succeeded job is a DELETE (no new
+  // row version, no index entries), in the same statement as the UPDATE of
+  // the others; the two get disjoint rows, each its own unnest (a CTE both
+  // read would be materialized, and its estimate of a few rows led the
+  // planner to a nested loop over every running job of the worker). Not
+  // with hooks from `running`, which must see the job succeeded first: then
+  // every row is updated, and the unkept ones deleted after the hooks.
+  const bool hooked = hooks && hooks->AnyFrom(JobState::kRunning);
+  auto unkept = [](const FinishRequest& r) {
+    return !r.keep_succeeded && r.outcome.kind == OutcomeKind::kSuccess;
+  };
+  const bool any_unkept = std::any_of(requests.begin(), requests.end(), unkept);
+  const bool deleting = any_unkept && !hooked;
+  std::vector<std::int64_t> ids, run_counts, deleted_ids, deleted_run_counts;
   std::vector<std::string> kinds;
   std::vector<std::optional<std::int64_t>> delays;
   std::vector<std::optional<std::string>> outputs, errors, messages, meta_patches;
   for (const FinishRequest& r : requests) {
+    if (deleting && unkept(r)) {
+      deleted_ids.push_back(r.job_id);
+      deleted_run_counts.push_back(r.run_count);
+      continue;
+    }
     const JobOutcome& o = r.outcome;
     ids.push_back(r.job_id);
     run_counts.push_back(r.run_count);
@@ -75,10 +94,7 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
     meta_patches.push_back(o.meta_patch);
   }
   static const std::string kNewState = NextStateSql("f.kind");
-  static const std::string kSql = fmt::format(
-      "WITH f AS (SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[],"
-      "   $6::text[], $7::text[], $8::text[], $9::text[])"
-      "   AS f(id, run_count, kind, delay_us, result, error, message, meta_patch))"
+  static const std::string kUpdate = fmt::format(
       " UPDATE akadze.jobs AS j SET"
       "  state = {0},"
       "  attempt = LEAST(j.attempt::int8 + (f.kind IN ('retry', 'fail'))::int, 2147483647)::int,"
@@ -97,7 +113,9 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
       "  errors = CASE WHEN f.error IS NULL THEN j.errors ELSE {1} END,"
       "  worker_id = CASE WHEN {0} = 'queued' THEN NULL ELSE j.worker_id END,"
       "  finished_at = CASE WHEN {0} = 'queued' THEN NULL ELSE now() END"
-      " FROM f"
+      " FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[],"
+      "   $6::text[], $7::text[], $8::text[], $9::text[])"
+      "   AS f(id, run_count, kind, delay_us, result, error, message, meta_patch)"
       " WHERE j.id = f.id AND j.run_count = f.run_count AND j.worker_id = $1::uuid"
       "   AND j.state = 'running'"
       " RETURNING j.id, j.state, j.attempt,"
@@ -106,22 +124,48 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
       "   CASE WHEN j.run_at <= now() THEN 0::float8 WHEN isfinite(j.run_at)"
       "     THEN extract(epoch FROM j.run_at - now())::float8 ELSE 'Infinity'::float8 END",
       kNewState, AppendErrorSql("j.errors", "f.error", "f.message"));
+  static const std::string kDeletingSql =
+      "WITH d AS (DELETE FROM akadze.jobs AS j"
+      "   USING unnest($10::bigint[], $11::bigint[]) AS g(id, run_count)"
+      "   WHERE j.id = g.id AND j.run_count = g.run_count AND j.worker_id = $1::uuid"
+      "     AND j.state = 'running'"
+      "   RETURNING j.id, 'succeeded'::text, j.attempt, 0::float8),"
+      " u AS (" + kUpdate + ")"
+      " SELECT * FROM d UNION ALL SELECT * FROM u";
   pg::Params params;
   params.add(worker_id).add_array(ids).add_array(run_counts).add_array(kinds);
   params.add_array(delays).add_array(outputs).add_array(errors).add_array(messages);
   params.add_array(meta_patches);
+  if (deleting) params.add_array(deleted_ids).add_array(deleted_run_counts);
   // With hooks the update and the hooks share a transaction; without, the
   // one statement is its own.
   std::optional<pg::Transaction> tx;
-  if (hooks && hooks->AnyFrom(JobState::kRunning)) tx.emplace(conn);
+  if (hooked) tx.emplace(conn);
   // Planned for each batch unless the worker runs few jobs: the generic plan
   // of a prepared statement walks all of the worker's running jobs (the
   // header, FinishPlan).
-  pg::Result rows = plan == FinishPlan::kPrepared ? conn.exec(kSql, params) : conn.exec_replanned(kSql, params);
+  const std::string& sql = deleting ? kDeletingSql : kUpdate;
+  pg::Result rows = plan == FinishPlan::kPrepared ? conn.exec(sql, params) : conn.exec_replanned(sql, params);
   if (tx) {
     std::vector<std::int64_t> applied;
     for (int i = 0; i < rows.rows(); ++i) applied.push_back(rows.int64(i, 0));
     hooks->Fire(conn, JobState::kRunning, applied);
+    if (any_unkept) {
+      // The hooks saw them succeeded; now they go: the rows of unkept
+      // requests this statement wrote (fenced, and locked by this
+      // transaction) as succeeded.
+      std::unordered_set<std::int64_t> unkept_ids;
+      for (const FinishRequest& r : requests) {
+        if (unkept(r)) unkept_ids.insert(r.job_id);
+      }
+      std::vector<std::int64_t> dropped;
+      for (int i = 0; i < rows.rows(); ++i) {
+        if (unkept_ids.count(rows.int64(i, 0)) > 0 && rows.text(i, 1) == "succeeded") {
+          dropped.push_back(rows.int64(i, 0));
+        }
+      }
+      conn.exec("DELETE FROM akadze.jobs WHERE id = ANY($1::bigint[])", pg::Params().add_array(dropped));
+    }
     tx->commit();
   }
   std::unordered_map<std::int64_t, int> row_of;

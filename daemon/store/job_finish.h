@@ -26,6 +26,9 @@ struct FinishRequest {
   std::int64_t job_id = 0;
   std::int32_t run_count = 0;  // the claim's fencing token
   JobOutcome outcome;
+  // false: a job this request brings to `succeeded` is deleted instead of
+  // kept (its queue's keep_succeeded; docs/configuration.md).
+  bool keep_succeeded = true;
 };
 
 struct FinishResult {
@@ -48,9 +51,15 @@ struct FinishResult {
 // for a batch means one of its rows is unstorable (e.g. a result jsonb
 // rejects): callers retry rows one by one.
 //
+// A request with keep_succeeded = false whose job succeeds is deleted by the
+// same statement (fenced alike) and comes back applied with state
+// kSucceeded; other outcomes of such requests are written as usual.
+//
 // With `hooks` (the transition hooks) that fire from `running`, the statement and the hooks run in
 // one transaction: a HookError rolls every request back (callers retry rows
-// one by one to find the refused one, which stays running).
+// one by one to find the refused one, which stays running). Jobs to be
+// deleted are then written `succeeded`, shown to the hooks, and deleted
+// after them in that transaction.
 //
 // `plan`: kPerBatch plans the statement for each batch's values (the
 // default: a generic plan walks every running job of the worker through

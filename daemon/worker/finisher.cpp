@@ -244,7 +244,8 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (batch[i].worker_id != worker_id) continue;
-      requests.push_back({batch[i].job.id, batch[i].job.run_count, batch[i].outcome});
+      requests.push_back({batch[i].job.id, batch[i].job.run_count, batch[i].outcome,
+                          batch[i].keep_succeeded});
       trace_ids.push_back(batch[i].job.trace_id);
       members.push_back(i);
     }

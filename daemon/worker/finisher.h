@@ -50,6 +50,7 @@ struct FinishItem {
   JobOutcome outcome;
   double duration_ms = 0;
   SlotHolder* slot = nullptr;  // told when the finish ends; must outlive the finisher's Stop
+  bool keep_succeeded = true;  // false: deleted if it succeeds (FinishRequest)
 };
 
 class Finisher {

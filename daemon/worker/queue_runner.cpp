@@ -478,7 +478,7 @@ void QueueRunner::Execute(Claimed claimed, ExecutorSeat& seat) {
   // with the finish.
   outcome.meta_patch = seat.progress.TakeForFinish();
   finisher_.Submit(FinishItem{std::move(claimed.job), std::move(claimed.worker_id),
-                              std::move(outcome), ms, this});
+                              std::move(outcome), ms, this, queue_.keep_succeeded});
 }
 
 void QueueRunner::FreeSlots(std::span<const std::int64_t> job_ids) {

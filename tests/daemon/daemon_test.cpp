@@ -163,6 +163,33 @@ TEST_CASE("a job that always fails is failed after max_attempts", "[daemon]") {
   CHECK_FALSE(row["finished_at"].is_null());
 }
 
+TEST_CASE("keep_succeeded: false deletes a queue's jobs as they succeed; a failed job stays",
+          "[daemon][keep_succeeded]") {
+  DaemonFixture f;
+  std::string ok = f.dir.Write("ok.sh", "#!/bin/sh\nprintf '{\"result\": 1}' >&3\n", true);
+  std::string bad = f.dir.Write("bad.sh", "#!/bin/sh\nexit 1\n", true);
+  const std::string config = f.dir.Write(
+      "unkept.yaml", std::string(kFastWorker) +
+                         "queues:\n  - {name: default, slots: 4, prefetch: 4, keep_succeeded: false}\n"
+                         "handlers:\n" + Shell("ok", ok) + Shell("bad", bad) +
+                         "logging:\n  level: debug\n  format: logfmt\nmetrics: {listen: 127.0.0.1:0}\n");
+  std::vector<std::int64_t> oks;
+  for (int i = 0; i < 20; ++i) oks.push_back(f.Enqueue("ok"));
+  const std::int64_t failed = f.Enqueue("bad", "{}", 1);
+  auto daemon = f.Start(config);
+  REQUIRE(f.WaitState(failed, "failed"));
+  REQUIRE(WaitUntil([&] { return Count(f.conn, "SELECT count(*) FROM akadze.jobs WHERE task = 'ok'") == 0; },
+                    30s));
+  CHECK(f.Row(failed)["errors"].size() == 1);
+  // Each deleted job's finish is logged as a success.
+  for (std::int64_t id : oks) {
+    CHECK(daemon->WaitForLog("finish job=" + std::to_string(id) + " "));
+  }
+  CHECK(daemon->Log().find("outcome=success state=succeeded") != std::string::npos);
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait() == 0);
+}
+
 TEST_CASE("a snoozed job runs again after its delay without spending an attempt", "[daemon]") {
   DaemonFixture f;
   std::string script = f.dir.Write(

@@ -213,6 +213,44 @@ TEST_CASE("finishes of a daemon with few slots run prepared, on a generic plan, 
   CHECK(plans.int64(0, 1) == 5);
 }
 
+TEST_CASE("a request that keeps no succeeded job deletes it if it succeeds, fenced like the update",
+          "[finish][keep_succeeded]") {
+  Db db;
+  // Prepared, past PostgreSQL's five custom plans, and planned per batch.
+  for (const FinishPlan plan : {FinishPlan::kPerBatch, FinishPlan::kPrepared}) {
+    for (int round = 0; round < (plan == FinishPlan::kPrepared ? 7 : 1); ++round) {
+      const auto kept = db.RunningJob(), gone = db.RunningJob(), retried = db.RunningJob(),
+                 stale = db.RunningJob(), failed = db.RunningJob();
+      JobOutcome success = Outcome(OutcomeKind::kSuccess);
+      success.result_json = R"({"n": 1})";
+      const std::vector<FinishRequest> batch = {
+          {kept, 1, success, true},
+          {gone, 1, success, false},
+          {retried, 1, Outcome(OutcomeKind::kRetry, "E", "m"), false},
+          {stale, 2, success, false},  // another run's finish: not ours to delete
+          {failed, 1, Outcome(OutcomeKind::kFail, "E", "m"), false}};
+      auto results = FinishJobs(db.conn, db.worker, batch, nullptr, plan);
+      REQUIRE(results.size() == 5);
+      for (std::size_t k = 0; k < batch.size(); ++k) CHECK(results[k].job_id == batch[k].job_id);
+      CHECK(results[0].state == JobState::kSucceeded);
+      CHECK(results[1].applied);
+      CHECK(results[1].state == JobState::kSucceeded);
+      CHECK(results[2].state == JobState::kQueued);
+      CHECK(results[2].attempt == 1);
+      CHECK_FALSE(results[3].applied);
+      CHECK(results[4].state == JobState::kFailed);
+      CHECK(db.Row(kept)["result"] == json{{"n", 1}});
+      CHECK(test::Count(db.conn, "SELECT count(*) FROM akadze.jobs WHERE id = " + std::to_string(gone)) == 0);
+      CHECK(db.Row(retried)["state"] == "queued");
+      CHECK(db.Row(stale)["state"] == "running");
+      CHECK(db.Row(failed)["state"] == "failed");
+      // Its run's finish, once more: the job is gone, so it is stale.
+      CHECK_FALSE(FinishJobs(db.conn, db.worker, {{gone, 1, success, false}}, nullptr, plan)
+                      .front().applied);
+    }
+  }
+}
+
 TEST_CASE("a result jsonb refuses fails the statement as an SqlError", "[finish]") {
   Db db;
   auto id = db.RunningJob();

@@ -93,6 +93,37 @@ TEST_CASE("a finish's hook writes its outbox row in the finish's transaction", "
   CHECK(test::Count(conn, "SELECT count(*) FROM outbox WHERE source = 'failed-only'") == 1);
 }
 
+TEST_CASE("a hook sees a job its queue does not keep succeed; then it is deleted",
+          "[hooks][keep_succeeded]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  conn.exec(kOutboxTable);
+  const std::string worker = "6f1c1a4e-0000-4000-8000-000000000003";
+  TransitionHooks hooks;
+  hooks.Add(SqlHook("outbox", kOutboxSql));
+  const std::int64_t gone = RunningJob(conn, worker);
+  const std::int64_t retried = RunningJob(conn, worker);
+  const std::int64_t stale = RunningJob(conn, worker);
+  JobOutcome success;
+  success.kind = OutcomeKind::kSuccess;
+  success.result_json = R"({"n": 2})";
+  JobOutcome retry;
+  retry.kind = OutcomeKind::kRetry;
+  retry.error = "Again";
+  auto results = FinishJobs(conn, worker,
+                            {{gone, 1, success, false}, {retried, 1, retry, false}, {stale, 3, success, false}},
+                            &hooks);
+  CHECK(results[0].state == JobState::kSucceeded);
+  CHECK(results[1].state == JobState::kQueued);
+  CHECK_FALSE(results[2].applied);
+  CHECK(Transitions(conn, gone) == std::vector<std::string>{"running->succeeded"});
+  CHECK(conn.exec("SELECT result::text FROM outbox WHERE job_id = $1", pg::Params().add(gone))
+            .text(0, 0) == R"({"n": 2})");
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE id = " + std::to_string(gone)) == 0);
+  CHECK(Transitions(conn, retried) == std::vector<std::string>{"running->queued"});
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE id IN (" + std::to_string(retried) +
+                              ", " + std::to_string(stale) + ")") == 2);
+}
+
 TEST_CASE("a failing hook rolls the finish back: the job stays running", "[hooks]") {
   pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
   conn.exec(kOutboxTable);

@@ -120,6 +120,7 @@ TEST_CASE("a reload finds each changed restart key, and only that one", "[config
       {"queues[].prefetch", {kBase, "queues:\n  - {name: default, slots: 1, prefetch: 2}\n" + kHandlers}},
       {"queues[].mode", {kBase, "queues:\n  - {name: default, slots: 1, mode: fair}\n" + kHandlers}},
       {"queues[].aging", {kBase, "queues:\n  - {name: default, slots: 1, aging: 1m}\n" + kHandlers}},
+      {"queues[].keep_succeeded", {kBase, "queues:\n  - {name: default, slots: 1, keep_succeeded: false}\n" + kHandlers}},
       {"hooks[].name", {"hooks: [{name: h, sql: SELECT 1}]\n", "hooks: [{name: g, sql: SELECT 1}]\n"}},
       {"metrics.enabled", {"", "metrics: {enabled: false}\n"}},
       {"metrics.listen", {"", "metrics: {listen: '127.0.0.1:9465'}\n"}},

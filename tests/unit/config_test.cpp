@@ -146,6 +146,7 @@ TEST_CASE("omitted keys take their defaults", "[config]") {
   REQUIRE(config.queues.size() == 1);
   CHECK(config.queues[0].mode == ClaimMode::kOrdered);
   CHECK_FALSE(config.queues[0].aging_us);
+  CHECK(config.queues[0].keep_succeeded);
   CHECK(config.queues[0].line == 2);
   const HandlerConfig& echo = config.handlers.at("echo");
   CHECK(echo.line == 4);
@@ -172,7 +173,7 @@ TEST_CASE("every key is read", "[config]") {
       "  listen_notify: true\n"
       "  finish_batch_delay: 1s\n"
       "queues:\n"
-      "  - {name: a, slots: 10000, prefetch: 10000, mode: fair, aging: 1h30m}\n"
+      "  - {name: a, slots: 10000, prefetch: 10000, mode: fair, aging: 1h30m, keep_succeeded: false}\n"
       "handlers:\n"
       "  s:\n"
       "    shell:\n"
@@ -207,6 +208,7 @@ TEST_CASE("every key is read", "[config]") {
   CHECK(config.queues[0].prefetch == 10000);
   CHECK(config.queues[0].mode == ClaimMode::kFair);
   CHECK(config.queues[0].aging_us == 5'400'000'000);
+  CHECK_FALSE(config.queues[0].keep_succeeded);
 
   const auto& shell = std::get<ShellHandlerConfig>(config.handlers.at("s").kind);
   CHECK(shell.command == std::vector<std::string>{(dir.path() / "bin/job").string(), "--flag", ""});
@@ -238,7 +240,7 @@ TEST_CASE("unknown keys are rejected at every level", "[config]") {
   CHECK(ErrorOf(dir, "database: {host: x}\n" + kBase) ==
         "F:1: database.host: unknown key (known: url, stall_timeout)");
   CHECK(ErrorOf(dir, "queues:\n  - name: a\n    slots: 1\n    weight: 2\nhandlers: {}\n") ==
-        "F:4: queues[0].weight: unknown key (known: name, slots, prefetch, mode, aging)");
+        "F:4: queues[0].weight: unknown key (known: name, slots, prefetch, mode, aging, keep_succeeded)");
   CHECK(ErrorOf(dir, kBase + "  other:\n    shel: {command: [x]}\n") ==
         "F:7: handlers.other.shel: unknown key (known: shell, plugin)");
   CHECK(ErrorOf(dir, kBase + "  other:\n    shell:\n      command: [x]\n      timout: 5s\n") ==
@@ -399,6 +401,8 @@ TEST_CASE("queues are checked", "[config]") {
         "F:2: queues[0].prefetch: expected an integer from 0 to 10000, got \"-1\"");
   CHECK(ErrorOf(dir, "queues:\n  - {name: a, slots: 1, prefetch: 10001}\n" + handlers) ==
         "F:2: queues[0].prefetch: expected an integer from 0 to 10000, got \"10001\"");
+  CHECK(ErrorOf(dir, "queues:\n  - {name: a, slots: 1, keep_succeeded: no-thanks}\n" + handlers) ==
+        "F:2: queues[0].keep_succeeded: expected true or false, got \"no-thanks\"");
   CHECK(ErrorOf(dir,
                 "queues:\n  - name: a\n    slots: 1\n\n  - slots: 2\n    name: a\n" + handlers) ==
         "F:6: queues[1].name: duplicate queue name (first defined on line 2)");
