@@ -28,7 +28,9 @@
 // PGPORT, PGUSER, AKADZED_BIN, AKADZED_NOOP_PLUGIN, AKADZED_SPAWN_CEILING, AKADZED_PEERS_DIR,
 // AKADZED_BENCH_OUT, AKADZED_PG_DATA.
 // Options: --jobs N --rates R1,R2 --latency-seconds S --pgbench-seconds S
-//          --slots N --shell-slots N --poll-interval DURATION --handlers plugin,shell
+//          --slots N --shell-slots N --poll-interval DURATION
+//          --handlers plugin,plugin-delete,shell (plugin-delete: the plugin on a
+//          queue with keep_succeeded: false)
 //          --prefetch N --shell-prefetch N (queues[].prefetch of the plugin and
 //          the shell burn-downs; default 0)
 //          --finish-batch-delay D --shell-finish-batch-delay D
@@ -158,13 +160,14 @@ function latencySummary(latencies) {
   };
 }
 
-// Waits until `condition()` resolves true, checking every `everyMs`.
+// Waits until `condition()` resolves true, checking every `everyMs` (a number
+// of ms, or a function giving the next wait).
 async function waitFor(condition, everyMs, timeoutMs, what) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await condition()) return;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(everyMs);
+    await sleep(typeof everyMs === "function" ? everyMs() : everyMs);
   }
 }
 
@@ -280,7 +283,7 @@ async function steadyArrivals(rate, seconds, enqueue) {
 
 const AKADZED_DB = "akadzed";
 
-function akadzedConfig({ handler, slots, prefetch = 0, finishBatchDelay = "0s", pollInterval, listen, record }) {
+function akadzedConfig({ handler, slots, prefetch = 0, finishBatchDelay = "0s", pollInterval, listen, record, keepSucceeded = true }) {
   const plugin = record
     ? `{path: "${process.env.AKADZED_NOOP_PLUGIN}", config: {record: "${record}"}}`
     : `{path: "${process.env.AKADZED_NOOP_PLUGIN}"}`;
@@ -292,7 +295,8 @@ function akadzedConfig({ handler, slots, prefetch = 0, finishBatchDelay = "0s", 
     // Only when set: a binary from before the key (a baseline) rejects it.
     ...(finishBatchDelay === "0s" ? [] : [`  finish_batch_delay: ${finishBatchDelay}`]),
     "queues:",
-    `  - {name: bench, slots: ${slots}, prefetch: ${prefetch}}`,
+    // keep_succeeded only when false: a binary from before the key rejects it.
+    `  - {name: bench, slots: ${slots}, prefetch: ${prefetch}${keepSucceeded ? "" : ", keep_succeeded: false"}}`,
     "handlers:",
     handler === "shell" ? '  noop: {shell: {command: ["/bin/true"]}}' : `  noop: {plugin: ${plugin}}`,
     "pruning: {enabled: false}",
@@ -310,7 +314,11 @@ function startDaemon(name, config) {
   return startChild([process.env.AKADZED_BIN, "run", "--config", file], {}, `akadzed (${name})`, null);
 }
 
-async function akadzedBurnDown(admin, db, handler) {
+// `handler`: "plugin", "shell", or "plugin-delete" (the plugin on a queue
+// with keep_succeeded: false, whose jobs are deleted as they succeed).
+async function akadzedBurnDown(admin, db, handlerName) {
+  const keepSucceeded = handlerName !== "plugin-delete";
+  const handler = keepSucceeded ? handlerName : "plugin";
   const slots = handler === "shell" ? Number(opts["shell-slots"]) : Number(opts.slots);
   const prefetch = handler === "shell" ? Number(opts["shell-prefetch"]) : Number(opts.prefetch);
   const finishBatchDelay = handler === "shell" ? opts["shell-finish-batch-delay"] : opts["finish-batch-delay"];
@@ -321,22 +329,35 @@ async function akadzedBurnDown(admin, db, handler) {
   const loadAvg = load();
   const result = await withServerCounters(admin, AKADZED_DB, async () => {
     let polls = 0;
-    const config = akadzedConfig({ handler, slots, prefetch, finishBatchDelay, pollInterval: opts["poll-interval"], listen: false });
-    const daemons = Array.from({ length: Number(opts.daemons) }, (_, i) => startDaemon(`burn-down-${handler}-${i + 1}`, config));
+    const config = akadzedConfig({ handler, slots, prefetch, finishBatchDelay, pollInterval: opts["poll-interval"], listen: false, keepSucceeded });
+    const daemons = Array.from({ length: Number(opts.daemons) }, (_, i) => startDaemon(`burn-down-${handlerName}-${i + 1}`, config));
+    // Jobs that are deleted as they succeed leave no started_at or
+    // finished_at: the first start is read from the first claim's running
+    // rows (polled every 5 ms until seen; a claim's rows share its
+    // started_at and live for tens of ms), the last finish is when the table
+    // is seen empty (every 25 ms, as for Graphile Worker's).
+    let firstStart = null;
+    let end = 0;
     await waitFor(async () => {
       polls += 1;
       const left = await db.query(`${TAG} SELECT EXISTS (SELECT 1 FROM akadze.jobs WHERE state = 'queued')
-                                    OR EXISTS (SELECT 1 FROM akadze.jobs WHERE state = 'running') AS left`);
+                                    OR EXISTS (SELECT 1 FROM akadze.jobs WHERE state = 'running') AS left,
+                                    extract(epoch FROM (SELECT min(started_at) FROM akadze.jobs WHERE state = 'running')) * 1000 AS first_ms`);
+      end = wallMs();
+      if (firstStart === null && left.rows[0].first_ms !== null) firstStart = Number(left.rows[0].first_ms);
       const exited = daemons.find((d) => d.child.exitCode !== null);
       if (exited) throw new Error(`akadzed exited:\n${exited.output().slice(-2000)}`);
       return !left.rows[0].left;
-    }, 100, burnDownTimeoutMs(N), `akadzed (${handler}) to finish ${N} jobs`);
+    }, () => (keepSucceeded ? 100 : firstStart === null ? 5 : 25), burnDownTimeoutMs(N), `akadzed (${handlerName}) to finish ${N} jobs`);
     const cpu = daemons.reduce((sum, d) => sum + cpuSeconds(d.child.pid), 0);
     const hwm = daemons.reduce((sum, d) => sum + vmHwmMb(d.child.pid), 0);
     for (const d of daemons) await stopChild(d);
     const row = (await db.query(`${TAG} SELECT count(*) FILTER (WHERE state = 'succeeded')::int8 AS succeeded,
-        extract(epoch FROM max(finished_at) - min(started_at))::float8 AS seconds FROM akadze.jobs`)).rows[0];
-    if (Number(row.succeeded) !== N) throw new Error(`akadzed (${handler}): ${row.succeeded} of ${N} jobs succeeded`);
+        count(*)::int8 AS kept, extract(epoch FROM max(finished_at) - min(started_at))::float8 AS seconds FROM akadze.jobs`)).rows[0];
+    if (keepSucceeded && Number(row.succeeded) !== N) throw new Error(`akadzed (${handlerName}): ${row.succeeded} of ${N} jobs succeeded`);
+    // Deleted as they succeeded: none may be left (a failed or retried job stays).
+    if (!keepSucceeded && Number(row.kept) !== 0) throw new Error(`akadzed (${handlerName}): ${row.kept} of ${N} jobs left`);
+    if (!keepSucceeded) row.seconds = (end - firstStart) / 1000;
     return { jobs: N, seconds: row.seconds, jobs_per_s: N / row.seconds, cpu_s: cpu, vm_hwm_mb: hwm,
              driver_queries: polls + 1, slots, prefetch, daemons: Number(opts.daemons) };
   });
@@ -568,6 +589,7 @@ async function pgbenchCeiling(admin) {
 // The burn-downs: their key in the results, row label and bar label (gnuplot: \n breaks).
 const BURN_DOWNS = [
   { key: "akadzed_plugin", label: "akadzed, no-op plugin", bar: "akadzed\\nplugin" },
+  { key: "akadzed_plugin-delete", label: "akadzed, no-op plugin, keep_succeeded: false", bar: "akadzed\\nplugin,\\nno keep" },
   { key: "akadzed_shell", label: "akadzed, /bin/true shell", bar: "akadzed\\n/bin/true" },
   { key: "graphile_batched", label: "Graphile Worker 0.17.3, batched (2 processes)", bar: "Graphile\\nbatched" },
   { key: "graphile_default", label: "Graphile Worker 0.17.3, default (2 processes)", bar: "Graphile\\ndefault" },
@@ -613,6 +635,20 @@ function report(r) {
   lines.push("Targets:");
   if (plugin && fastestPeer) {
     lines.push(`- burn-down >= 2x the faster peer: ${fmt(plugin)} vs 2 x ${fmt(fastestPeer)} = ${fmt(2 * fastestPeer)} jobs/s: ${plugin >= 2 * fastestPeer ? "met" : `MISSED (${ratio(plugin, fastestPeer)} the faster peer)`}`);
+  }
+  const unkept = r["akadzed_plugin-delete"]?.jobs_per_s;
+  if (unkept && fastestPeer) {
+    lines.push(`- the same with keep_succeeded: false (jobs deleted as they succeed, as Graphile Worker's): ${fmt(unkept)} jobs/s: ${unkept >= 2 * fastestPeer ? "met" : `MISSED (${ratio(unkept, fastestPeer)} the faster peer)`}`);
+  }
+  const peersServer = [r.graphile_batched, r.graphile_default, r.pgboss].filter((x) => x).map((x) => (1e6 * x.server_cpu_s) / x.jobs);
+  if (peersServer.length) {
+    const lowest = Math.min(...peersServer);
+    for (const { key, label } of BURN_DOWNS.filter((b) => b.key.startsWith("akadzed_plugin"))) {
+      const x = r[key];
+      if (!x) continue;
+      const us = (1e6 * x.server_cpu_s) / x.jobs;
+      lines.push(`- server CPU per job at most the lower peer's, ${label}: ${fmt(us, 1)} vs ${fmt(lowest, 1)} µs: ${us <= lowest ? "met" : "MISSED"}`);
+    }
   }
   if (r.akadzed_shell && r.spawn_ceiling) {
     const shell = r.akadzed_shell;
