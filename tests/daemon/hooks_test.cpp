@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <memory>
+#include <optional>
 
 #include "config/config.h"
 #include "hooks/transition_hooks.h"
@@ -57,6 +58,16 @@ HookConfig SqlHook(const std::string& name, const std::string& sql,
   return h;
 }
 
+// A handler's outcome: `error` for a retry or a failure, `result` for a success.
+JobOutcome Outcome(OutcomeKind kind, std::string error = "",
+                   std::optional<std::string> result = std::nullopt) {
+  JobOutcome o;
+  o.kind = kind;
+  o.error = std::move(error);
+  o.result_json = std::move(result);
+  return o;
+}
+
 // A running job claimed by `worker`, with run_count 1.
 std::int64_t RunningJob(pg::Connection& conn, const std::string& worker, const std::string& task = "t") {
   return conn.exec("INSERT INTO akadze.jobs (task, state, worker_id, run_count, started_at)"
@@ -75,12 +86,8 @@ TEST_CASE("a finish's hook writes its outbox row in the finish's transaction", "
                                       " VALUES ($1, 'x', 'y', 'failed-only')", {}, {JobState::kFailed}));
   const std::int64_t ok = RunningJob(conn, worker);
   const std::int64_t bad = RunningJob(conn, worker);
-  JobOutcome success;
-  success.kind = OutcomeKind::kSuccess;
-  success.result_json = R"({"n": 1})";
-  JobOutcome fail;
-  fail.kind = OutcomeKind::kFail;
-  fail.error = "Boom";
+  const JobOutcome success = Outcome(OutcomeKind::kSuccess, "", R"({"n": 1})");
+  const JobOutcome fail = Outcome(OutcomeKind::kFail, "Boom");
   auto results = FinishJobs(conn, worker, {{ok, 1, success}, {bad, 1, fail}}, &hooks);
   CHECK(results[0].state == JobState::kSucceeded);
   CHECK(results[1].state == JobState::kFailed);
@@ -103,12 +110,8 @@ TEST_CASE("a hook sees a job its queue does not keep succeed; then it is deleted
   const std::int64_t gone = RunningJob(conn, worker);
   const std::int64_t retried = RunningJob(conn, worker);
   const std::int64_t stale = RunningJob(conn, worker);
-  JobOutcome success;
-  success.kind = OutcomeKind::kSuccess;
-  success.result_json = R"({"n": 2})";
-  JobOutcome retry;
-  retry.kind = OutcomeKind::kRetry;
-  retry.error = "Again";
+  const JobOutcome success = Outcome(OutcomeKind::kSuccess, "", R"({"n": 2})");
+  const JobOutcome retry = Outcome(OutcomeKind::kRetry, "Again");
   auto results = FinishJobs(conn, worker,
                             {{gone, 1, success, false}, {retried, 1, retry, false}, {stale, 3, success, false}},
                             &hooks);
@@ -132,8 +135,7 @@ TEST_CASE("a failing hook rolls the finish back: the job stays running", "[hooks
   hooks.Add(SqlHook("outbox", kOutboxSql));
   hooks.Add(SqlHook("gate", kGateSql, {JobState::kRunning}, {JobState::kSucceeded}));
   const std::int64_t id = RunningJob(conn, worker);
-  JobOutcome success;
-  success.kind = OutcomeKind::kSuccess;
+  const JobOutcome success = Outcome(OutcomeKind::kSuccess);
   try {
     FinishJobs(conn, worker, {{id, 1, success}}, &hooks);
     FAIL("the gate hook should have refused");
