@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "store/limits_table.h"
@@ -33,6 +34,13 @@ std::int64_t Enqueue(pg::Connection& conn, std::optional<std::string> key, int p
       .int64(0, 0);
 }
 
+// The ids of a claim's jobs, in its order.
+Ids JobIds(const ClaimResult& result) {
+  Ids ids;
+  for (const ClaimedJob& j : result.jobs) ids.push_back(j.id);
+  return ids;
+}
+
 Ids ClaimIds(pg::Connection& conn, int slots, ClaimMode mode = ClaimMode::kOrdered,
              const std::string& queue = "q", bool dry_run = false) {
   ClaimRequest r;
@@ -40,9 +48,7 @@ Ids ClaimIds(pg::Connection& conn, int slots, ClaimMode mode = ClaimMode::kOrder
   r.slots = slots;
   r.mode = mode;
   r.dry_run = dry_run;
-  Ids ids;
-  for (const ClaimedJob& j : RunClaim(conn, r).jobs) ids.push_back(j.id);
-  return ids;
+  return JobIds(RunClaim(conn, r));
 }
 
 void Finish(pg::Connection& conn, std::int64_t id) {
@@ -405,30 +411,23 @@ TEST_CASE("the first window as the request sizes it: rows needed, and reading on
   test::ReferenceClaimRequest ref{"q", 4, false, {}, std::nullopt};
   const Ids want = test::ReferenceClaim(conn, ref);
   REQUIRE(want.size() == 4);
-  auto ids = [](const ClaimResult& res) {
-    Ids out;
-    for (const ClaimedJob& j : res.jobs) out.push_back(j.id);
-    return out;
-  };
-  // The fixed 16 rows: the plan (a's first job and three free ones) ends at
-  // the sixth row.
-  ClaimResult fixed = RunClaim(conn, r);
-  CHECK(ids(fixed) == want);
-  CHECK(fixed.windows == 1);
-  CHECK(fixed.rows_read == 16);
-  CHECK(fixed.rows_needed == 6);
-  // 1.5 rows a slot: 6 rows, just enough.
-  r.first_window_per_slot = 1.5;
-  ClaimResult sized = RunClaim(conn, r);
-  CHECK(ids(sized) == want);
-  CHECK(sized.windows == 1);
-  CHECK(sized.rows_read == 6);
-  CHECK(sized.rows_needed == 6);
+  // The plan (a's first job and three free ones) ends at the sixth row. The
+  // default window (0: 4 rows a slot) reads 16 rows; 1.5 rows a slot reads
+  // 6, just enough. Either way one window.
+  for (const auto& [per_slot, rows_read] : {std::pair{0.0, 16}, std::pair{1.5, 6}}) {
+    INFO("first_window_per_slot " << per_slot);
+    r.first_window_per_slot = per_slot;
+    ClaimResult one = RunClaim(conn, r);
+    CHECK(JobIds(one) == want);
+    CHECK(one.windows == 1);
+    CHECK(one.rows_read == rows_read);
+    CHECK(one.rows_needed == 6);
+  }
   // One row a slot: 4 rows hold two free jobs; the planner reads on (a
   // further window skipping a, which is at its limit) to the same plan.
   r.first_window_per_slot = 1;
   ClaimResult small = RunClaim(conn, r);
-  CHECK(ids(small) == want);
+  CHECK(JobIds(small) == want);
   CHECK(small.windows >= 2);
   CHECK(small.rows_read >= 6);
   // Its plan ends in the window that skipped a: the need is not known.
@@ -475,8 +474,7 @@ TEST_CASE("a long run of a key at its limit is read around, with the reference's
       Ids expected = test::ReferenceClaim(conn, ref);
       ClaimResult got = ClaimInTransaction(tx, r);
       tx.rollback();
-      Ids ids;
-      for (const ClaimedJob& j : got.jobs) ids.push_back(j.id);
+      const Ids ids = JobIds(got);
       CHECK(ids == expected);
       CHECK(ids.size() == 10);
       CHECK(got.keyed_windows >= 1);
@@ -602,9 +600,7 @@ TEST_CASE("a key whose lock another claim holds is skipped without waiting", "[c
   r.queue = "q";
   r.slots = 10;
   ClaimResult res = RunClaim(conn, r);
-  Ids ids;
-  for (const auto& j : res.jobs) ids.push_back(j.id);
-  CHECK(ids == Ids{b1, n1});
+  CHECK(JobIds(res) == Ids{b1, n1});
   // The first try planned a and b on their counts without locks (a
   // speculative claim), found a's lock held and claimed nothing; the second,
   // without speculation, skipped a. Each try counted a as locked elsewhere.
