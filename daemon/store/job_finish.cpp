@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -64,19 +63,19 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // read would be materialized, and its estimate of a few rows led the
   // planner to a nested loop over every running job of the worker). Not
   // with hooks from `running`, which must see the job succeeded first: then
-  // every row is updated, and the unkept ones deleted after the hooks.
+  // every row is updated, and the deleted ones deleted after the hooks.
   const bool hooked = hooks && hooks->AnyFrom(JobState::kRunning);
-  auto unkept = [](const FinishRequest& r) {
+  auto deletes_job = [](const FinishRequest& r) {
     return !r.keep_succeeded && r.outcome.kind == OutcomeKind::kSuccess;
   };
-  const bool any_unkept = std::any_of(requests.begin(), requests.end(), unkept);
-  const bool deleting = any_unkept && !hooked;
+  const bool any_deleted = std::any_of(requests.begin(), requests.end(), deletes_job);
+  const bool delete_in_statement = any_deleted && !hooked;
   std::vector<std::int64_t> ids, run_counts, deleted_ids, deleted_run_counts;
   std::vector<std::string> kinds;
   std::vector<std::optional<std::int64_t>> delays;
   std::vector<std::optional<std::string>> outputs, errors, messages, meta_patches;
   for (const FinishRequest& r : requests) {
-    if (deleting && unkept(r)) {
+    if (delete_in_statement && deletes_job(r)) {
       deleted_ids.push_back(r.job_id);
       deleted_run_counts.push_back(r.run_count);
       continue;
@@ -129,14 +128,14 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
       "   USING unnest($10::bigint[], $11::bigint[]) AS g(id, run_count)"
       "   WHERE j.id = g.id AND j.run_count = g.run_count AND j.worker_id = $1::uuid"
       "     AND j.state = 'running'"
-      "   RETURNING j.id, 'succeeded'::text, j.attempt, 0::float8),"
+      "   RETURNING j.id, 'succeeded'::text AS state, j.attempt, 0::float8),"
       " u AS (" + kUpdate + ")"
       " SELECT * FROM d UNION ALL SELECT * FROM u";
   pg::Params params;
   params.add(worker_id).add_array(ids).add_array(run_counts).add_array(kinds);
   params.add_array(delays).add_array(outputs).add_array(errors).add_array(messages);
   params.add_array(meta_patches);
-  if (deleting) params.add_array(deleted_ids).add_array(deleted_run_counts);
+  if (delete_in_statement) params.add_array(deleted_ids).add_array(deleted_run_counts);
   // With hooks the update and the hooks share a transaction; without, the
   // one statement is its own.
   std::optional<pg::Transaction> tx;
@@ -144,27 +143,33 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // Planned for each batch unless the worker runs few jobs: the generic plan
   // of a prepared statement walks all of the worker's running jobs (the
   // header, FinishPlan).
-  const std::string& sql = deleting ? kDeletingSql : kUpdate;
+  const std::string& sql = delete_in_statement ? kDeletingSql : kUpdate;
   pg::Result rows = plan == FinishPlan::kPrepared ? conn.exec(sql, params) : conn.exec_replanned(sql, params);
   if (tx) {
     std::vector<std::int64_t> applied;
     for (int i = 0; i < rows.rows(); ++i) applied.push_back(rows.int64(i, 0));
     hooks->Fire(conn, JobState::kRunning, applied);
-    if (any_unkept) {
-      // The hooks saw them succeeded; now they go: the rows of unkept
-      // requests this statement wrote (fenced, and locked by this
-      // transaction) as succeeded.
-      std::unordered_set<std::int64_t> unkept_ids;
+    if (any_deleted) {
+      // The hooks saw them succeed; now they go: the rows of such requests
+      // this statement wrote as succeeded, fenced again (a hook may have
+      // changed a job in this transaction).
+      std::unordered_map<std::int64_t, std::int32_t> run_count_of;
       for (const FinishRequest& r : requests) {
-        if (unkept(r)) unkept_ids.insert(r.job_id);
+        if (deletes_job(r)) run_count_of[r.job_id] = r.run_count;
       }
-      std::vector<std::int64_t> dropped;
       for (int i = 0; i < rows.rows(); ++i) {
-        if (unkept_ids.count(rows.int64(i, 0)) > 0 && rows.text(i, 1) == "succeeded") {
-          dropped.push_back(rows.int64(i, 0));
+        auto it = run_count_of.find(rows.int64(i, 0));
+        if (it != run_count_of.end() && rows.text(i, 1) == "succeeded") {
+          deleted_ids.push_back(it->first);
+          deleted_run_counts.push_back(it->second);
         }
       }
-      conn.exec("DELETE FROM akadze.jobs WHERE id = ANY($1::bigint[])", pg::Params().add_array(dropped));
+      if (!deleted_ids.empty()) {
+        conn.exec("DELETE FROM akadze.jobs AS j USING unnest($1::bigint[], $2::bigint[]) AS g(id, run_count)"
+                  " WHERE j.id = g.id AND j.run_count = g.run_count AND j.worker_id = $3::uuid"
+                  "   AND j.state = 'succeeded'",
+                  pg::Params().add_array(deleted_ids).add_array(deleted_run_counts).add(worker_id));
+      }
     }
     tx->commit();
   }

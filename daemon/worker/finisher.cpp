@@ -200,6 +200,18 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
           --rung;  // not a rung of the outcome's
           continue;
         }
+        // A success its queue does not keep, whose row the database would
+        // not delete (an application's foreign key or trigger): kept as
+        // succeeded, as on any other queue, rather than failed.
+        if (!requests[k].keep_succeeded && requests[k].outcome.kind == OutcomeKind::kSuccess) {
+          const JobTraceScope trace(requests[k].job_id, trace_ids[k]);
+          spdlog::warn("delete_refused job={} | the succeeded job could not be deleted ({}); it is kept "
+                       "as succeeded",
+                       requests[k].job_id, OneLine(e.what()));
+          requests[k].keep_succeeded = true;
+          --rung;  // not a rung of the outcome's
+          continue;
+        }
         const std::string why = std::string("the database refused the outcome: ") + e.what();
         if (rung == 0) {
           requests[k].outcome = RetryOutcome("BadResult", why);

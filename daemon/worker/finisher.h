@@ -90,7 +90,9 @@ class Finisher {
   // What became of one request of the row-by-row pass.
   enum class RowFate { kWritten, kRefused, kGivenUp };
   // After a batch failed with an SQL error or a hook's refusal: records
-  // `requests` one at a time. A request the database still refuses becomes a
+  // `requests` one at a time. A success of a queue that keeps none whose row
+  // the database will not delete is kept as succeeded (logged
+  // delete_refused). A request the database still refuses becomes a
   // failed run (retry, "BadResult"), then a permanent failure
   // ("Unprocessable"); one refused even so is given up (kGivenUp: logged,
   // its slot freed, the job left running until the lease keeper releases it

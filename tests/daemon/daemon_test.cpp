@@ -176,16 +176,24 @@ TEST_CASE("keep_succeeded: false deletes a queue's jobs as they succeed; a faile
   std::vector<std::int64_t> oks;
   for (int i = 0; i < 20; ++i) oks.push_back(f.Enqueue("ok"));
   const std::int64_t failed = f.Enqueue("bad", "{}", 1);
+  // An application's row points at one of them: its row cannot be deleted,
+  // so it is kept as succeeded, and the others of its batch go.
+  const std::int64_t referenced = oks[7];
+  f.conn.exec("CREATE TABLE receipts (job_id bigint REFERENCES akadze.jobs (id))");
+  f.conn.exec("INSERT INTO receipts VALUES ($1)", pg::Params().add(referenced));
   auto daemon = f.Start(config);
   REQUIRE(f.WaitState(failed, "failed"));
-  REQUIRE(WaitUntil([&] { return Count(f.conn, "SELECT count(*) FROM akadze.jobs WHERE task = 'ok'") == 0; },
+  REQUIRE(f.WaitState(referenced, "succeeded"));
+  REQUIRE(WaitUntil([&] { return Count(f.conn, "SELECT count(*) FROM akadze.jobs WHERE task = 'ok'") == 1; },
                     30s));
+  CHECK(f.Row(referenced)["result"] == 1);
+  CHECK(daemon->WaitForLog("event=delete_refused job=" + std::to_string(referenced)));
   CHECK(f.Row(failed)["errors"].size() == 1);
   // Each deleted job's finish is logged as a success.
   for (std::int64_t id : oks) {
-    CHECK(daemon->WaitForLog("finish job=" + std::to_string(id) + " "));
+    CHECK(daemon->WaitForLog("finish job=" + std::to_string(id) +
+                             " task=ok queue=default outcome=success state=succeeded"));
   }
-  CHECK(daemon->Log().find("outcome=success state=succeeded") != std::string::npos);
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait() == 0);
 }

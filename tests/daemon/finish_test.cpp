@@ -216,11 +216,16 @@ TEST_CASE("finishes of a daemon with few slots run prepared, on a generic plan, 
 TEST_CASE("a request that keeps no succeeded job deletes it if it succeeds, fenced like the update",
           "[finish][keep_succeeded]") {
   Db db;
-  // Prepared, past PostgreSQL's five custom plans, and planned per batch.
+  // Planned per batch, and prepared (7 rounds: PostgreSQL may choose its
+  // generic plan after five custom ones).
   for (const FinishPlan plan : {FinishPlan::kPerBatch, FinishPlan::kPrepared}) {
     for (int round = 0; round < (plan == FinishPlan::kPrepared ? 7 : 1); ++round) {
       const auto kept = db.RunningJob(), gone = db.RunningJob(), retried = db.RunningJob(),
-                 stale = db.RunningJob(), failed = db.RunningJob();
+                 stale = db.RunningJob(), failed = db.RunningJob(), others = db.RunningJob(),
+                 ended = db.RunningJob();
+      // Not ours to delete: another worker's job, and one of ours already ended.
+      db.conn.exec("UPDATE akadze.jobs SET worker_id = gen_random_uuid() WHERE id = $1", pg::Params().add(others));
+      db.conn.exec("UPDATE akadze.jobs SET state = 'failed' WHERE id = $1", pg::Params().add(ended));
       JobOutcome success = Outcome(OutcomeKind::kSuccess);
       success.result_json = R"({"n": 1})";
       const std::vector<FinishRequest> batch = {
@@ -228,9 +233,11 @@ TEST_CASE("a request that keeps no succeeded job deletes it if it succeeds, fenc
           {gone, 1, success, false},
           {retried, 1, Outcome(OutcomeKind::kRetry, "E", "m"), false},
           {stale, 2, success, false},  // another run's finish: not ours to delete
-          {failed, 1, Outcome(OutcomeKind::kFail, "E", "m"), false}};
+          {failed, 1, Outcome(OutcomeKind::kFail, "E", "m"), false},
+          {others, 1, success, false},
+          {ended, 1, success, false}};
       auto results = FinishJobs(db.conn, db.worker, batch, nullptr, plan);
-      REQUIRE(results.size() == 5);
+      REQUIRE(results.size() == 7);
       for (std::size_t k = 0; k < batch.size(); ++k) CHECK(results[k].job_id == batch[k].job_id);
       CHECK(results[0].state == JobState::kSucceeded);
       CHECK(results[1].applied);
@@ -239,6 +246,10 @@ TEST_CASE("a request that keeps no succeeded job deletes it if it succeeds, fenc
       CHECK(results[2].attempt == 1);
       CHECK_FALSE(results[3].applied);
       CHECK(results[4].state == JobState::kFailed);
+      CHECK_FALSE(results[5].applied);
+      CHECK_FALSE(results[6].applied);
+      CHECK(db.Row(others)["state"] == "running");
+      CHECK(db.Row(ended)["state"] == "failed");
       CHECK(db.Row(kept)["result"] == json{{"n", 1}});
       CHECK(test::Count(db.conn, "SELECT count(*) FROM akadze.jobs WHERE id = " + std::to_string(gone)) == 0);
       CHECK(db.Row(retried)["state"] == "queued");

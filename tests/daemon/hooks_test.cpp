@@ -108,23 +108,29 @@ TEST_CASE("a hook sees a job its queue does not keep succeed; then it is deleted
   TransitionHooks hooks;
   hooks.Add(SqlHook("outbox", kOutboxSql));
   const std::int64_t gone = RunningJob(conn, worker);
+  const std::int64_t kept = RunningJob(conn, worker);
   const std::int64_t retried = RunningJob(conn, worker);
   const std::int64_t stale = RunningJob(conn, worker);
   const JobOutcome success = Outcome(OutcomeKind::kSuccess, "", R"({"n": 2})");
   const JobOutcome retry = Outcome(OutcomeKind::kRetry, "Again");
   auto results = FinishJobs(conn, worker,
-                            {{gone, 1, success, false}, {retried, 1, retry, false}, {stale, 3, success, false}},
+                            {{gone, 1, success, false},
+                             {kept, 1, success, true},
+                             {retried, 1, retry, false},
+                             {stale, 3, success, false}},
                             &hooks);
   CHECK(results[0].state == JobState::kSucceeded);
-  CHECK(results[1].state == JobState::kQueued);
-  CHECK_FALSE(results[2].applied);
+  CHECK(results[1].state == JobState::kSucceeded);
+  CHECK(results[2].state == JobState::kQueued);
+  CHECK_FALSE(results[3].applied);
+  CHECK(Transitions(conn, kept) == std::vector<std::string>{"running->succeeded"});
   CHECK(Transitions(conn, gone) == std::vector<std::string>{"running->succeeded"});
   CHECK(conn.exec("SELECT result::text FROM outbox WHERE job_id = $1", pg::Params().add(gone))
             .text(0, 0) == R"({"n": 2})");
   CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE id = " + std::to_string(gone)) == 0);
   CHECK(Transitions(conn, retried) == std::vector<std::string>{"running->queued"});
-  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE id IN (" + std::to_string(retried) +
-                              ", " + std::to_string(stale) + ")") == 2);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE id IN (" + std::to_string(kept) + ", " +
+                              std::to_string(retried) + ", " + std::to_string(stale) + ")") == 3);
 }
 
 TEST_CASE("a failing hook rolls the finish back: the job stays running", "[hooks]") {
