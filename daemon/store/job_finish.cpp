@@ -65,17 +65,15 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // with hooks from `running`, which must see the job succeeded first: then
   // every row is updated, and the deleted ones deleted after the hooks.
   const bool hooked = hooks && hooks->AnyFrom(JobState::kRunning);
-  auto deletes_job = [](const FinishRequest& r) {
-    return !r.keep_succeeded && r.outcome.kind == OutcomeKind::kSuccess;
-  };
-  const bool any_deleted = std::any_of(requests.begin(), requests.end(), deletes_job);
+  const bool any_deleted = std::any_of(requests.begin(), requests.end(),
+                                       [](const FinishRequest& r) { return r.DeletesJob(); });
   const bool delete_in_statement = any_deleted && !hooked;
   std::vector<std::int64_t> ids, run_counts, deleted_ids, deleted_run_counts;
   std::vector<std::string> kinds;
   std::vector<std::optional<std::int64_t>> delays;
   std::vector<std::optional<std::string>> outputs, errors, messages, meta_patches;
   for (const FinishRequest& r : requests) {
-    if (delete_in_statement && deletes_job(r)) {
+    if (delete_in_statement && r.DeletesJob()) {
       deleted_ids.push_back(r.job_id);
       deleted_run_counts.push_back(r.run_count);
       continue;
@@ -145,6 +143,8 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // header, FinishPlan).
   const std::string& sql = delete_in_statement ? kDeletingSql : kUpdate;
   pg::Result rows = plan == FinishPlan::kPrepared ? conn.exec(sql, params) : conn.exec_replanned(sql, params);
+  std::unordered_map<std::int64_t, int> row_of;
+  for (int i = 0; i < rows.rows(); ++i) row_of[rows.int64(i, 0)] = i;
   if (tx) {
     std::vector<std::int64_t> applied;
     for (int i = 0; i < rows.rows(); ++i) applied.push_back(rows.int64(i, 0));
@@ -153,15 +153,11 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
       // The hooks saw them succeed; now they go: the rows of such requests
       // this statement wrote as succeeded, fenced again (a hook may have
       // changed a job in this transaction).
-      std::unordered_map<std::int64_t, std::int32_t> run_count_of;
       for (const FinishRequest& r : requests) {
-        if (deletes_job(r)) run_count_of[r.job_id] = r.run_count;
-      }
-      for (int i = 0; i < rows.rows(); ++i) {
-        auto it = run_count_of.find(rows.int64(i, 0));
-        if (it != run_count_of.end() && rows.text(i, 1) == "succeeded") {
-          deleted_ids.push_back(it->first);
-          deleted_run_counts.push_back(it->second);
+        auto it = row_of.find(r.job_id);
+        if (r.DeletesJob() && it != row_of.end() && rows.text(it->second, 1) == "succeeded") {
+          deleted_ids.push_back(r.job_id);
+          deleted_run_counts.push_back(r.run_count);
         }
       }
       if (!deleted_ids.empty()) {
@@ -173,8 +169,6 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
     }
     tx->commit();
   }
-  std::unordered_map<std::int64_t, int> row_of;
-  for (int i = 0; i < rows.rows(); ++i) row_of[rows.int64(i, 0)] = i;
   for (std::size_t k = 0; k < requests.size(); ++k) {
     FinishResult& out = results[k];
     out.job_id = requests[k].job_id;

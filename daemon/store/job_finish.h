@@ -29,6 +29,9 @@ struct FinishRequest {
   // false: a job this request brings to `succeeded` is deleted instead of
   // kept (its queue's keep_succeeded; docs/configuration.md).
   bool keep_succeeded = true;
+
+  // Whether applying this request deletes its job.
+  bool DeletesJob() const { return !keep_succeeded && outcome.kind == OutcomeKind::kSuccess; }
 };
 
 struct FinishResult {

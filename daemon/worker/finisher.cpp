@@ -203,7 +203,7 @@ std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
         // A success its queue does not keep, whose row the database would
         // not delete (an application's foreign key or trigger): kept as
         // succeeded, as on any other queue, rather than failed.
-        if (!requests[k].keep_succeeded && requests[k].outcome.kind == OutcomeKind::kSuccess) {
+        if (requests[k].DeletesJob()) {
           const JobTraceScope trace(requests[k].job_id, trace_ids[k]);
           spdlog::warn("delete_refused job={} | the succeeded job could not be deleted ({}); it is kept "
                        "as succeeded",

@@ -41,12 +41,14 @@ struct DaemonFixture {
   TempDir dir;
   int started = 0;
 
-  // A config with `handlers` (YAML under `handlers:`) and one fair queue.
+  // A config with `handlers` (YAML under `handlers:`) and one fair queue,
+  // with `queue_keys` (YAML lines indented for it) besides its own.
   std::string Config(const std::string& handlers, const std::string& worker = kFastWorker,
-                     int slots = 4, int prefetch = 0) {
+                     int slots = 4, int prefetch = 0, const std::string& queue_keys = "") {
     return dir.Write("akadzed.yaml", worker + "queues:\n  - name: default\n    slots: " +
                                          std::to_string(slots) + "\n    prefetch: " +
-                                         std::to_string(prefetch) + "\n    mode: fair\nhandlers:\n" +
+                                         std::to_string(prefetch) + "\n    mode: fair\n" + queue_keys +
+                                         "handlers:\n" +
                                          handlers + "logging:\n  level: debug\n  format: logfmt\n"
                                          // Any free port: tests run side by side.
                                          "metrics: {listen: 127.0.0.1:0}\n");
@@ -168,11 +170,8 @@ TEST_CASE("keep_succeeded: false deletes a queue's jobs as they succeed; a faile
   DaemonFixture f;
   std::string ok = f.dir.Write("ok.sh", "#!/bin/sh\nprintf '{\"result\": 1}' >&3\n", true);
   std::string bad = f.dir.Write("bad.sh", "#!/bin/sh\nexit 1\n", true);
-  const std::string config = f.dir.Write(
-      "unkept.yaml", std::string(kFastWorker) +
-                         "queues:\n  - {name: default, slots: 4, prefetch: 4, keep_succeeded: false}\n"
-                         "handlers:\n" + Shell("ok", ok) + Shell("bad", bad) +
-                         "logging:\n  level: debug\n  format: logfmt\nmetrics: {listen: 127.0.0.1:0}\n");
+  const std::string config =
+      f.Config(Shell("ok", ok) + Shell("bad", bad), kFastWorker, 4, 4, "    keep_succeeded: false\n");
   std::vector<std::int64_t> oks;
   for (int i = 0; i < 20; ++i) oks.push_back(f.Enqueue("ok"));
   const std::int64_t failed = f.Enqueue("bad", "{}", 1);
