@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <random>
+#include <system_error>
 
 #include <spdlog/spdlog.h>
 
@@ -55,16 +56,41 @@ QueueRunner::~QueueRunner() {
 void QueueRunner::Start() {
   {
     MutexLock lock(claim_loop_.mu());
-    idle_.reserve(static_cast<std::size_t>(queue_.slots));  // no allocation under the lock later
-  }
-  for (int i = 0; i < queue_.slots; ++i) {
+    // No allocation under the lock later.
+    idle_.reserve(static_cast<std::size_t>(queue_.slots));
+    seats_.reserve(static_cast<std::size_t>(queue_.slots));
+    executors_.reserve(static_cast<std::size_t>(queue_.slots));
+    executor_limit_ = static_cast<std::size_t>(queue_.slots);
+    // One executor now, so a daemon that cannot start a thread says so at
+    // its start; the others as jobs need them (StartExecutorLocked).
     ExecutorSeat& seat = *seats_.emplace_back(std::make_unique<ExecutorSeat>());
-    executors_.emplace_back([this, &seat] {
-      NameCurrentThread("exec " + queue_.name);
-      ExecutorLoop(seat);
-    });
+    executors_.emplace_back([this, &seat] { RunExecutor(seat); });
   }
   claim_loop_.Start("claim " + queue_.name, [this] { ClaimLoop(); });
+}
+
+void QueueRunner::RunExecutor(ExecutorSeat& seat) {
+  NameCurrentThread("exec " + queue_.name);
+  ExecutorLoop(seat);
+}
+
+QueueRunner::ExecutorSeat* QueueRunner::StartExecutorLocked() {
+  if (executors_stop_ || seats_.size() >= executor_limit_) return nullptr;
+  auto seat = std::make_unique<ExecutorSeat>();
+  ExecutorSeat& ref = *seat;
+  try {
+    executors_.emplace_back([this, &ref] { RunExecutor(ref); });
+  } catch (const std::system_error& e) {
+    // Out of threads (ulimit -u, memory): the queue goes on with the
+    // executors it has, its other slots' jobs waiting for one of them.
+    executor_limit_ = seats_.size();
+    spdlog::error("executor_start_failed queue={} executors={} slots={} | {}; the queue runs at most {} jobs at "
+                  "once until the daemon restarts",
+                  LogValue(queue_.name), seats_.size(), queue_.slots, OneLine(e.what()), seats_.size());
+    return nullptr;
+  }
+  seats_.push_back(std::move(seat));
+  return &ref;
 }
 
 void QueueRunner::StopClaiming() { claim_loop_.RequestStop(); }
@@ -88,10 +114,15 @@ void QueueRunner::Join() {
     idle_.clear();
   }
   claim_loop_.Stop();
-  for (auto& t : executors_) {
+  // No executor starts once executors_stop_ is set (StartExecutorLocked).
+  std::vector<std::thread> executors;
+  {
+    MutexLock lock(claim_loop_.mu());
+    executors.swap(executors_);
+  }
+  for (auto& t : executors) {
     if (t.joinable()) t.join();
   }
-  executors_.clear();
 }
 
 void QueueRunner::Wake() {
@@ -330,16 +361,17 @@ void QueueRunner::ClaimLoop() {
 bool QueueRunner::ClaimWantedLocked(int free) const {
   if (free <= 0) return false;
   if (free >= std::max(1, (queue_.prefetch + 1) / 2)) return true;
-  return ready_.empty() && !idle_.empty();
+  return ready_.empty() && (!idle_.empty() || seats_.size() < executor_limit_);
 }
 
 void QueueRunner::ReleaseWaitingJobs() {
   std::vector<Claimed> waiting;
   {
     MutexLock lock(claim_loop_.mu());
-    // Executors idle or on their way to a job take one each now; the jobs
-    // beyond them would wait for a running job to end.
-    const std::size_t takers = idle_.size() + (waking_ != nullptr ? 1 : 0);
+    // Executors idle, on their way to a job or not started yet take one
+    // each now; the jobs beyond them would wait for a running job to end.
+    const std::size_t takers =
+        idle_.size() + (waking_ != nullptr ? 1 : 0) + (executor_limit_ - std::min(executor_limit_, seats_.size()));
     while (ready_.size() > takers) {
       waiting.push_back(std::move(ready_.back()));
       ready_.pop_back();
@@ -354,7 +386,17 @@ void QueueRunner::ReleaseWaitingJobs() {
 }
 
 QueueRunner::ExecutorSeat* QueueRunner::WakeExecutorLocked() {
-  if (ready_.empty() || waking_ != nullptr || idle_.empty()) return nullptr;
+  if (ready_.empty() || waking_ != nullptr) return nullptr;
+  if (idle_.empty()) {
+    // Every executor started is busy: one more, if the slots allow. It
+    // takes the lock as soon as it runs, as one woken would.
+    ExecutorSeat* started = StartExecutorLocked();
+    if (started != nullptr) {
+      started->woken = true;
+      waking_ = started;
+    }
+    return nullptr;
+  }
   ExecutorSeat* seat = idle_.back();
   idle_.pop_back();
   seat->woken = true;
@@ -382,6 +424,8 @@ void QueueRunner::ExecutorLoop(ExecutorSeat& seat) {
     ExecutorSeat* wake = nullptr;
     {
       MutexLock lock(claim_loop_.mu());
+      // An executor just started (WakeExecutorLocked) is on its way to a job.
+      if (waking_ == &seat) waking_ = nullptr;
       while (!executors_stop_ && ready_.empty()) {
         seat.woken = false;
         idle_.push_back(&seat);

@@ -273,6 +273,53 @@ TEST_CASE("SIGTERM drains short jobs and releases long ones", "[daemon]") {
   CHECK(ProcessGone(ReadPid(pidfile)));
 }
 
+// The daemon's threads named "exec <queue>" (the executors; the name is cut
+// to 15 bytes).
+int ExecutorThreads(pid_t pid, const std::string& queue) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name == ("exec " + queue).substr(0, 15)) ++n;
+  }
+  return n;
+}
+
+TEST_CASE("executors start as jobs need them, up to the slots, and stop with the daemon", "[daemon]") {
+  DaemonFixture f;
+  const std::string pids = f.dir.path() + "/pids";
+  std::string script =
+      f.dir.Write("long.sh", "#!/bin/sh\ncat >/dev/null\necho $$ >> " + pids + "\nexec sleep 300\n", true);
+  auto lines_in = [&] {
+    std::ifstream in(pids);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  auto daemon = f.Start(f.Config(Shell("nap", script), kFastWorker, 12));
+  REQUIRE(daemon->WaitForLog("started worker="));
+  // Idle, it has one executor, not one per slot (named once it runs).
+  CHECK(WaitUntil([&] { return ExecutorThreads(daemon->pid(), "default") == 1; }));
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(f.Enqueue("nap"));
+  REQUIRE(WaitUntil([&] { return lines_in() == 5; }));
+  // Five jobs at once on five executors; a sixth may have started for a
+  // job another took first (at most one is on its way to a job).
+  const int five = ExecutorThreads(daemon->pid(), "default");
+  CHECK(five >= 5);
+  CHECK(five <= 6);
+  // Twenty more: the slots bound the executors, and the jobs beyond them
+  // wait queued.
+  for (int i = 0; i < 20; ++i) ids.push_back(f.Enqueue("nap"));
+  REQUIRE(WaitUntil([&] { return lines_in() == 12; }));
+  CHECK(ExecutorThreads(daemon->pid(), "default") == 12);
+  CHECK(test::JobsInState(f.conn, "running") == 12);
+  CHECK(test::JobsInState(f.conn, "queued") == 13);
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait(30s) == 0);
+  INFO(daemon->Log());
+  // The long ones were stopped at shutdown_timeout and released.
+  CHECK(test::JobsInState(f.conn, "queued") == 25);
+}
+
 TEST_CASE("SIGTERM during a claim: the jobs it brings run before the daemon stops",
           "[daemon][direct]") {  // a session advisory lock: not through a pooler
   DaemonFixture f;
