@@ -14,4 +14,8 @@ void FirstWindowSizer::Observe(std::int64_t planned, std::optional<std::int64_t>
   per_slot_ = std::clamp(kMargin * needed, kMargin, kMaxPerSlot);
 }
 
+int FirstWindowSizer::ExpectedSlots(int free_now, int capacity) const {
+  return std::min(capacity, std::max({free_now, kWholeWindowSlots, free_at_lock_}));
+}
+
 }  // namespace akadzed

@@ -22,9 +22,6 @@ namespace {
 // without a claim, and how long a refused job is passed over.
 constexpr int kMaxRefusedPerRound = 16;
 constexpr std::chrono::seconds kRefusalHold{10};
-// Up to this many slots (and prefetched jobs), a claim's first window is read
-// for all of them, whatever is free when it is sent (ClaimLoop).
-constexpr int kWholeWindowSlots = 64;
 
 }  // namespace
 
@@ -182,12 +179,8 @@ void QueueRunner::ClaimLoop() {
       // With many daemons on one queue the wait grows with the claims
       // queued before this one, and so does what each claim takes.
       request.slots = capacity();
-      // The first window is read for every slot up to kWholeWindowSlots: a
-      // window too small for the slots counted at the lock costs a further
-      // read, a round trip while the lock is held. Beyond that (a daemon of
-      // hundreds of slots) for the slots free now: a window of 4 rows a
-      // slot that a few freed slots will not use costs more than it saves.
-      request.expected_slots = std::max(free_slots, std::min(capacity(), kWholeWindowSlots));
+      // The slots its first window is read for (claim/first_window.h).
+      request.expected_slots = first_window_.ExpectedSlots(free_slots, capacity());
       // Rows a slot as the last claim of this queue needed (claim/first_window.h).
       request.first_window_per_slot = first_window_.per_slot();
       request.slots_at_lock = [this, &free_slots] {
@@ -291,6 +284,7 @@ void QueueRunner::ClaimLoop() {
                        LogValue(queue_.name), result.queue_cap.value_or(0), result.queue_running);
         }
         capped_logged = result.capped;
+        first_window_.ObserveSlotsAtLock(free_slots);  // slots_at_lock counted them again
         metrics_.Claimed(queue_.name, result);
         first_window_.Observe(static_cast<std::int64_t>(result.jobs.size() + result.unprocessable.size()),
                               result.rows_needed);

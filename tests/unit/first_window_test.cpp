@@ -49,5 +49,27 @@ TEST_CASE("first window: a claim whose need is unknown puts it back to 4", "[fir
   CHECK(sizer.per_slot() == Approx(1.5));
 }
 
+TEST_CASE("first window: read for every slot of a small queue, else for those free, or for those the last "
+          "claim found free at the lock", "[first_window]") {
+  FirstWindowSizer sizer;
+  // At most 64 slots and prefetched jobs: all of them, whatever is free.
+  CHECK(sizer.ExpectedSlots(1, 8) == 8);
+  CHECK(sizer.ExpectedSlots(3, 64) == 64);
+  // Beyond that, the slots free now (at least 64).
+  CHECK(sizer.ExpectedSlots(1, 2000) == 64);
+  CHECK(sizer.ExpectedSlots(1000, 2000) == 1000);
+  // The last claim found 2,000 free at the lock (other daemons' claims ahead
+  // of it): the next reads for as many, never beyond the capacity.
+  sizer.ObserveSlotsAtLock(2000);
+  CHECK(sizer.ExpectedSlots(1000, 2000) == 2000);
+  CHECK(sizer.ExpectedSlots(1000, 1500) == 1500);
+  // It follows the last claim, up or down.
+  sizer.ObserveSlotsAtLock(700);
+  CHECK(sizer.ExpectedSlots(500, 2000) == 700);
+  CHECK(sizer.ExpectedSlots(900, 2000) == 900);
+  sizer.ObserveSlotsAtLock(0);
+  CHECK(sizer.ExpectedSlots(500, 2000) == 500);
+}
+
 }  // namespace
 }  // namespace akadzed
