@@ -36,7 +36,9 @@
 //          --finish-batch-delay D --shell-finish-batch-delay D
 //          (worker.finish_batch_delay of the two; default 0s)
 //          --shell-jobs N (the shell burn-down's jobs; default: --jobs)
-//          --daemons N (akadzed processes in a burn-down, each with --slots)
+//          --daemons N[,N...] (akadzed processes in a burn-down, each with
+//          --slots and --prefetch; a list runs each burn-down once per count,
+//          and the report compares each with the first, e.g. --daemons 1,2,4)
 //          --only akadzed,latency,graphile,graphile-latency,pgboss,pgbench
 //          --graphile-modes batched,default (Graphile Worker's burn-downs;
 //          default mode runs ~12x slower: leave it out of 1,000,000-job runs)
@@ -83,6 +85,10 @@ for (let i = 2; i < process.argv.length; i += 2) {
 const N = Number(opts.jobs);
 const rates = String(opts.rates).split(",").map(Number);
 const only = new Set(String(opts.only).split(","));
+const daemonCounts = String(opts.daemons).split(",").map(Number);
+if (daemonCounts.some((d) => !Number.isInteger(d) || d < 1)) {
+  throw new Error(`--daemons: expected counts of at least 1 separated by commas, got '${opts.daemons}'`);
+}
 const outDir = process.env.AKADZED_BENCH_OUT;
 fs.mkdirSync(outDir, { recursive: true });
 const peerWorker = path.join(path.dirname(fileURLToPath(import.meta.url)), "../peers/peer_worker.mjs");
@@ -316,7 +322,7 @@ function startDaemon(name, config) {
 
 // `handler`: "plugin", "shell", or "plugin-delete" (the plugin on a queue
 // with keep_succeeded: false, whose jobs are deleted as they succeed).
-async function akadzedBurnDown(admin, db, handlerName) {
+async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
   const keepSucceeded = handlerName !== "plugin-delete";
   const handler = keepSucceeded ? handlerName : "plugin";
   const slots = handler === "shell" ? Number(opts["shell-slots"]) : Number(opts.slots);
@@ -330,7 +336,7 @@ async function akadzedBurnDown(admin, db, handlerName) {
   const result = await withServerCounters(admin, AKADZED_DB, async () => {
     let polls = 0;
     const config = akadzedConfig({ handler, slots, prefetch, finishBatchDelay, pollInterval: opts["poll-interval"], listen: false, keepSucceeded });
-    const daemons = Array.from({ length: Number(opts.daemons) }, (_, i) => startDaemon(`burn-down-${handlerName}-${i + 1}`, config));
+    const daemons = Array.from({ length: daemonCount }, (_, i) => startDaemon(`burn-down-${handlerName}-${i + 1}`, config));
     // Jobs that are deleted as they succeed leave no started_at or
     // finished_at: the first start is read from the first claim's running
     // rows (polled every 5 ms until seen; a claim's rows share its
@@ -359,7 +365,7 @@ async function akadzedBurnDown(admin, db, handlerName) {
     if (!keepSucceeded && Number(row.kept) !== 0) throw new Error(`akadzed (${handlerName}): ${row.kept} of ${N} jobs left`);
     if (!keepSucceeded) row.seconds = (end - firstStart) / 1000;
     return { jobs: N, seconds: row.seconds, jobs_per_s: N / row.seconds, cpu_s: cpu, vm_hwm_mb: hwm,
-             driver_queries: polls + 1, slots, prefetch, daemons: Number(opts.daemons) };
+             driver_queries: polls + 1, slots, prefetch, daemons: daemonCount };
   });
   result.load = loadAvg;
   return result;
@@ -596,6 +602,19 @@ const BURN_DOWNS = [
   { key: "pgboss", label: "pg-boss 10.4.2 (4 x work(), batchSize 10,000)", bar: "pg-boss" },
 ];
 
+// The rows of the table: each burn-down, and after an akadzed one its runs
+// with other daemon counts (--daemons with a list; keys "<key>_x<count>").
+function burnDownRows(r) {
+  const rows = [];
+  for (const { key, label } of BURN_DOWNS) {
+    if (r[key]) rows.push({ key, label, x: r[key] });
+    for (const other of Object.keys(r).filter((k) => k.startsWith(`${key}_x`)).sort((a, b) => r[a].daemons - r[b].daemons)) {
+      rows.push({ key: other, label, x: r[other] });
+    }
+  }
+  return rows;
+}
+
 const fmt = (v, digits = 0) => (v === undefined || Number.isNaN(v) ? "-" : Number(v).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }));
 const ratio = (a, b) => (a && b ? `${(a / b).toFixed(2)}x` : "-");
 
@@ -608,10 +627,9 @@ function report(r) {
   lines.push("");
   lines.push("| burn-down | jobs/s | seconds | akadzed plugin / this | client CPU s | server CPU s | peak RSS MB | statements/job | commits/job | load (1/5/15 min) |");
   lines.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
-  for (const { key, label } of BURN_DOWNS) {
-    const x = r[key];
-    if (!x) continue;
+  for (const { key, label: name, x } of burnDownRows(r)) {
     const jobs = x.jobs === N ? "" : ` (${x.jobs.toLocaleString("en-US")} jobs)`;
+    const label = x.daemons > 1 ? `${name}, ${x.daemons} daemons` : name;
     lines.push(`| ${label}${jobs} | ${fmt(x.jobs_per_s)} | ${fmt(x.seconds, 2)} | ${ratio(plugin, x.jobs_per_s)} | ${fmt(x.cpu_s, 2)} | ${fmt(x.server_cpu_s, 2)} | ${fmt(x.vm_hwm_mb, 1)} | ${fmt(x.statements_per_job, 3)} | ${fmt(x.commits_per_job, 3)} | ${x.load} |`);
   }
   if (ceiling) {
@@ -648,6 +666,13 @@ function report(r) {
       if (!x) continue;
       const us = (1e6 * x.server_cpu_s) / x.jobs;
       lines.push(`- server CPU per job at most the lower peer's, ${label}: ${fmt(us, 1)} vs ${fmt(lowest, 1)} µs: ${us <= lowest ? "met" : "MISSED"}`);
+    }
+  }
+  // --daemons with a list: each count against the first (one daemon).
+  for (const { key, label } of BURN_DOWNS.filter((b) => b.key.startsWith("akadzed_"))) {
+    const first = r[key];
+    for (const { x } of burnDownRows(r).filter((row) => row.key.startsWith(`${key}_x`))) {
+      lines.push(`- ${x.daemons} daemons at least as fast as ${first.daemons}, ${label}: ${fmt(x.jobs_per_s)} vs ${fmt(first.jobs_per_s)} jobs/s (${ratio(x.jobs_per_s, first.jobs_per_s)}), daemon CPU ${fmt(x.cpu_s, 2)} vs ${fmt(first.cpu_s, 2)} s, server CPU ${fmt(x.server_cpu_s, 2)} vs ${fmt(first.server_cpu_s, 2)} s: ${x.jobs_per_s >= first.jobs_per_s ? "met" : "MISSED"}`);
     }
   }
   if (r.akadzed_shell && r.spawn_ceiling) {
@@ -692,15 +717,18 @@ async function main() {
 
   if (only.has("akadzed")) {
     for (const handler of String(opts.handlers).split(",")) {
-      const r = await akadzedBurnDown(admin, db, handler);
-      results[`akadzed_${handler}`] = r;
-      note(`akadzed ${handler}: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, daemon CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, VmHWM ${fmt(r.vm_hwm_mb, 1)} MB, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
-      printTop(`akadzed ${handler}`, r.top);
-      if (handler === "shell") {
-        results.spawn_ceiling = spawnCeiling(r.jobs, r.slots);
-        note(`spawn ceiling (ShellHandler, no database): ${fmt(results.spawn_ceiling.jobs_per_s)} jobs/s at parallel ${r.slots}, its CPU ${fmt(results.spawn_ceiling.cpu_us_per_job)} µs/job, the children's ${fmt(results.spawn_ceiling.child_cpu_us_per_job)} µs/job`);
+      for (const [i, daemonCount] of daemonCounts.entries()) {
+        const r = await akadzedBurnDown(admin, db, handler, daemonCount);
+        // The first count under the plain key, the others beside it.
+        results[i === 0 ? `akadzed_${handler}` : `akadzed_${handler}_x${daemonCount}`] = r;
+        note(`akadzed ${handler}${daemonCount > 1 ? `, ${daemonCount} daemons` : ""}: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, daemon CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, VmHWM ${fmt(r.vm_hwm_mb, 1)} MB, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
+        printTop(`akadzed ${handler}${daemonCount > 1 ? `, ${daemonCount} daemons` : ""}`, r.top);
+        if (handler === "shell" && i === 0) {
+          results.spawn_ceiling = spawnCeiling(r.jobs, r.slots);
+          note(`spawn ceiling (ShellHandler, no database): ${fmt(results.spawn_ceiling.jobs_per_s)} jobs/s at parallel ${r.slots}, its CPU ${fmt(results.spawn_ceiling.cpu_us_per_job)} µs/job, the children's ${fmt(results.spawn_ceiling.child_cpu_us_per_job)} µs/job`);
+        }
+        save();
       }
-      save();
     }
   }
   if (only.has("latency")) {
