@@ -124,8 +124,11 @@ struct Daemon::Services {
         // the lease ends early enough for every handler to be dead before a
         // rescue.
         stall(std::chrono::milliseconds(config.database.stall_timeout_us / 1000)),
-        finisher(conninfo, stall, monitoring.worker_metrics(), hooks, FinishPlanFor(TotalSlots(config)),
-                 &finish_tally, std::chrono::microseconds(config.worker.finish_batch_delay_us)),
+        finisher(conninfo, stall, monitoring.worker_metrics(),
+                 {.hooks = hooks,
+                  .plan = FinishPlanFor(TotalSlots(config)),
+                  .tally = &finish_tally,
+                  .batch_delay = std::chrono::microseconds(config.worker.finish_batch_delay_us)}),
         lease(conninfo, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config)), stall,
               running, hooks, &monitoring.worker_metrics()) {}
 

@@ -45,15 +45,14 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
 }  // namespace
 
 Finisher::Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
-                   const TransitionHooks* hooks, FinishPlan plan, FinishTally* tally,
-                   std::chrono::microseconds batch_delay)
+                   FinisherOptions options)
     : session_(std::move(conninfo), "akadzed finisher", stall_timeout),
       guard_(SteadyServiceClock(), RetryBackoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500))),
       metrics_(metrics),
-      hooks_(hooks),
-      plan_(plan),
-      tally_(tally),
-      batch_delay_(batch_delay) {}
+      hooks_(options.hooks),
+      plan_(options.plan),
+      tally_(options.tally),
+      batch_delay_(options.batch_delay) {}
 
 Finisher::~Finisher() {
   if (loop_.started()) Stop(std::chrono::steady_clock::now());

@@ -53,20 +53,28 @@ struct FinishItem {
   bool keep_succeeded = true;  // false: deleted if it succeeds (FinishRequest)
 };
 
+// What a finisher may be given beyond its connection and metrics.
+struct FinisherOptions {
+  // Run in each finish's transaction (may be null); a finish they refuse is
+  // retried with backoff (the job stays running and its slot busy meanwhile).
+  const TransitionHooks* hooks = nullptr;
+  // How its statements are planned (FinishPlanFor the daemon's slots,
+  // store/job_finish.h).
+  FinishPlan plan = FinishPlan::kPerBatch;
+  // Counts each applied finish by queue (may be null).
+  FinishTally* tally = nullptr;
+  // How long a batch waits from its first finish for more (0: it goes out
+  // at once); a stop ends the wait.
+  std::chrono::microseconds batch_delay{};
+};
+
 class Finisher {
  public:
   // Job outcomes and durations are counted in `metrics` as finishes are
-  // recorded (or found stale, or given up on). `hooks` (may be null) run in
-  // each finish's transaction; a finish they refuse is retried with backoff
-  // (the job stays running and its slot busy meanwhile).
-  // `stall_timeout` bounds its transactions (pg::Connection::Open).
-  // `plan`: how its statements are planned (FinishPlanFor the daemon's
-  // slots, store/job_finish.h).
-  // `batch_delay`: how long a batch waits from its first finish for more
-  // (0: it goes out at once); a stop ends the wait.
+  // recorded (or found stale, or given up on). `stall_timeout` bounds its
+  // transactions (pg::Connection::Open).
   Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
-           const TransitionHooks* hooks = nullptr, FinishPlan plan = FinishPlan::kPerBatch,
-           FinishTally* tally = nullptr, std::chrono::microseconds batch_delay = {});
+           FinisherOptions options = {});
   ~Finisher();
 
   void Start();
