@@ -73,21 +73,23 @@ void QueueRunner::RunExecutor(ExecutorSeat& seat) {
 
 QueueRunner::ExecutorSeat* QueueRunner::StartExecutorLocked() {
   if (executors_stop_ || seats_.size() >= executor_limit_) return nullptr;
-  auto seat = std::make_unique<ExecutorSeat>();
-  ExecutorSeat& ref = *seat;
   try {
+    auto seat = std::make_unique<ExecutorSeat>();
+    ExecutorSeat& ref = *seat;
     executors_.emplace_back([this, &ref] { RunExecutor(ref); });
-  } catch (const std::system_error& e) {
-    // Out of threads (ulimit -u, memory): the queue goes on with the
-    // executors it has, its other slots' jobs waiting for one of them.
+    seats_.push_back(std::move(seat));  // reserved at Start: does not throw
+    return &ref;
+  } catch (const std::exception& e) {
+    // Out of threads (ulimit -u, systemd's TasksMax, memory): the queue goes
+    // on with the executors it has and claims no more than they can run
+    // (capacity()), so no job it holds waits for an executor that never
+    // comes.
     executor_limit_ = seats_.size();
     spdlog::error("executor_start_failed queue={} executors={} slots={} | {}; the queue runs at most {} jobs at "
                   "once until the daemon restarts",
                   LogValue(queue_.name), seats_.size(), queue_.slots, OneLine(e.what()), seats_.size());
     return nullptr;
   }
-  seats_.push_back(std::move(seat));
-  return &ref;
 }
 
 void QueueRunner::StopClaiming() { claim_loop_.RequestStop(); }
@@ -159,13 +161,15 @@ void QueueRunner::ClaimLoop() {
   bool capped_logged = false;  // claim_capped is logged once until a claim is not capped
   for (;;) {
     int free_slots;
+    int capacity_now;
     bool wanted;
     Clock::time_point round_start;
     {
       MutexLock lock(claim_loop_.mu());
       if (claim_loop_.stop_requested_locked()) break;
       round_start = claim_loop_.clock().Now();
-      free_slots = capacity() - busy_;
+      capacity_now = capacity();
+      free_slots = capacity_now - busy_;
       wanted = ClaimWantedLocked(free_slots);
       wake_ = false;
     }
@@ -178,9 +182,9 @@ void QueueRunner::ClaimLoop() {
       // queue's claim lock are counted when it holds it (slots_at_lock).
       // With many daemons on one queue the wait grows with the claims
       // queued before this one, and so does what each claim takes.
-      request.slots = capacity();
+      request.slots = capacity_now;
       // The slots its first window is read for (claim/first_window.h).
-      request.expected_slots = first_window_.ExpectedSlots(free_slots, capacity());
+      request.expected_slots = first_window_.ExpectedSlots(free_slots, capacity_now);
       // Rows a slot as the last claim of this queue needed (claim/first_window.h).
       request.first_window_per_slot = first_window_.per_slot();
       request.slots_at_lock = [this, &free_slots] {
@@ -364,8 +368,8 @@ void QueueRunner::ReleaseWaitingJobs() {
     MutexLock lock(claim_loop_.mu());
     // Executors idle, on their way to a job or not started yet take one
     // each now; the jobs beyond them would wait for a running job to end.
-    const std::size_t takers =
-        idle_.size() + (waking_ != nullptr ? 1 : 0) + (executor_limit_ - std::min(executor_limit_, seats_.size()));
+    const std::size_t takers = idle_.size() + (waking_ != nullptr ? 1 : 0) +
+                               (executors_stop_ ? 0 : executor_limit_ - std::min(executor_limit_, seats_.size()));
     while (ready_.size() > takers) {
       waiting.push_back(std::move(ready_.back()));
       ready_.pop_back();

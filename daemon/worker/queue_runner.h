@@ -19,7 +19,8 @@
 // slot does not wait for a claim. They are running in the database (their
 // keys' and the queue cap's counts include them, and their started_at is the
 // claim's). When the daemon stops, a prefetched job that has not started is
-// released to queued, no attempt spent; a job with an idle executor runs.
+// released to queued, no attempt spent; a job with an idle executor, or
+// one the slots allow to start, runs.
 // With prefetch a claim waits until half of it is free (ClaimWantedLocked),
 // so claims come about prefetch/2 jobs at a time, not one per ended job.
 //
@@ -142,12 +143,14 @@ class QueueRunner final : private SlotHolder {
   void RunExecutor(ExecutorSeat& seat);
   void ExecutorLoop(ExecutorSeat& seat);
   // When the claim loop stops: the jobs waiting for an executor beyond those
-  // idle (prefetched ones) go back to queued through the finisher, no
+  // idle or still to start (prefetched ones) go back to queued through the finisher, no
   // attempt spent, rather than start during the shutdown.
   void ReleaseWaitingJobs();
-  // The most jobs the runner holds: its slots and the prefetched jobs
-  // waiting for one.
-  int capacity() const { return queue_.slots + queue_.prefetch; }
+  // The most jobs the runner holds: its slots (fewer once an executor
+  // could not start) and the prefetched jobs waiting for one.
+  int capacity() const REQUIRES(claim_loop_.mu()) {
+    return static_cast<int>(executor_limit_) + queue_.prefetch;
+  }
   // Whether a claim is worth its round trips with `free` of capacity()
   // free. Without prefetch: any free slot. With it: once half the prefetch
   // (at least 1) is free, or when an executor has nothing to run. A claim

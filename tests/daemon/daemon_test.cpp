@@ -19,6 +19,7 @@
 
 #include "pg/connection.h"
 #include "support/daemon_process.h"
+#include "support/http_probe.h"
 #include "support/test_cluster.h"
 
 namespace akadzed::test {
@@ -260,6 +261,8 @@ TEST_CASE("SIGTERM drains short jobs and releases long ones", "[daemon]") {
   REQUIRE(WaitUntil([&] { return ReadPid(pidfile) > 0; }));
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait(30s) == 0);
+  std::string log = daemon->Log();
+  INFO(log);
   CHECK(f.State(short_job) == "succeeded");
   json row = f.Row(long_job);
   CHECK(row["state"] == "queued");
@@ -267,7 +270,6 @@ TEST_CASE("SIGTERM drains short jobs and releases long ones", "[daemon]") {
   CHECK(row["worker_id"].is_null());
   CHECK(row["errors"].empty());
   CHECK(f.conn.exec("SELECT count(*) FROM akadze.workers").int64(0, 0) == 0);
-  std::string log = daemon->Log();
   CHECK(log.find("outcome=release state=queued") != std::string::npos);
   CHECK(log.find("stopped worker=") != std::string::npos);
   CHECK(ProcessGone(ReadPid(pidfile)));
@@ -318,6 +320,84 @@ TEST_CASE("executors start as jobs need them, up to the slots, and stop with the
   INFO(daemon->Log());
   // The long ones were stopped at shutdown_timeout and released.
   CHECK(test::JobsInState(f.conn, "queued") == 25);
+}
+
+// A pids cgroup of its own (cgroup v1's pids hierarchy, or v2 with the pids
+// controller), removed with the object; path() is empty where none can be
+// made (not root, no cgroupfs).
+class PidsCgroup {
+ public:
+  PidsCgroup() {
+    namespace fs = std::filesystem;
+    const std::string name = "akadzed-test-" + std::to_string(getpid());
+    std::error_code ec;
+    if (fs::exists("/sys/fs/cgroup/pids/cgroup.procs", ec)) {
+      if (fs::create_directory("/sys/fs/cgroup/pids/" + name, ec)) path_ = "/sys/fs/cgroup/pids/" + name;
+      return;
+    }
+    std::ifstream controllers("/sys/fs/cgroup/cgroup.controllers");
+    std::string line;
+    if (!std::getline(controllers, line) || line.find("pids") == std::string::npos) return;
+    std::ofstream("/sys/fs/cgroup/cgroup.subtree_control") << "+pids";
+    if (fs::create_directory("/sys/fs/cgroup/" + name, ec) && fs::exists("/sys/fs/cgroup/" + name + "/pids.max")) {
+      path_ = "/sys/fs/cgroup/" + name;
+    }
+  }
+  ~PidsCgroup() {
+    if (!path_.empty()) rmdir(path_.c_str());  // empty once the process in it ended
+  }
+  const std::string& path() const { return path_; }
+  // Moves `pid` (all its threads) into the group, with at most `max` tasks.
+  bool Confine(pid_t pid, int max) const {
+    std::ofstream(path_ + "/pids.max") << max;
+    std::ofstream procs(path_ + "/cgroup.procs");
+    procs << pid << std::flush;
+    return procs.good();
+  }
+
+ private:
+  std::string path_;
+};
+
+int ThreadCount(pid_t pid) {
+  const auto tasks = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task");
+  return static_cast<int>(std::distance(std::filesystem::begin(tasks), std::filesystem::end(tasks)));
+}
+
+TEST_CASE("a queue that cannot start an executor runs its jobs on those it has and claims no more than they run",
+          "[daemon]") {
+  PidsCgroup cgroup;
+  if (cgroup.path().empty()) {
+    WARN("no pids cgroup can be made here (not root, or no cgroupfs): not tested");
+    return;
+  }
+  DaemonFixture f;
+  auto daemon = f.Start(f.Config("  sleepy:\n    plugin: {path: libsleepy_plugin.so}\n", kFastWorker, 12));
+  REQUIRE(daemon->WaitForLog("started worker="));
+  REQUIRE(WaitUntil([&] { return ExecutorThreads(daemon->pid(), "default") == 1; }));
+  // The metrics listener's pool starts just after the log says "started":
+  // once it answered, the daemon's own threads are all there, and
+  // executors are the only ones a burst of jobs starts.
+  const int port = ListenerPort(*daemon);
+  REQUIRE(WaitUntil([&] { return HttpGet(port, "/healthz").status == 200; }));
+  // Room for two more threads.
+  REQUIRE(cgroup.Confine(daemon->pid(), ThreadCount(daemon->pid()) + 2));
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < 12; ++i) ids.push_back(f.Enqueue("sleepy", R"({"ms": 300})"));
+  // Every job runs, three at a time at most, none lost or failed.
+  CHECK(WaitUntil([&] { return test::JobsInState(f.conn, "succeeded") == 12; }, 60s));
+  INFO(daemon->Log());
+  CHECK(ExecutorThreads(daemon->pid(), "default") == 3);
+  CHECK(daemon->Log().find("executor_start_failed queue=default executors=3 slots=12") != std::string::npos);
+  // From then on a claim takes no more than the three executors run: the
+  // others stay queued for another daemon, not held here.
+  for (int i = 0; i < 6; ++i) f.Enqueue("sleepy", R"({"ms": 600000})");
+  REQUIRE(WaitUntil([&] { return test::JobsInState(f.conn, "running") == 3; }));
+  CHECK_FALSE(WaitUntil([&] { return test::JobsInState(f.conn, "running") > 3; }, 1s));
+  CHECK(test::JobsInState(f.conn, "queued") == 3);
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait(30s) == 0);
+  CHECK(test::JobsInState(f.conn, "queued") == 6);
 }
 
 TEST_CASE("SIGTERM during a claim: the jobs it brings run before the daemon stops",
