@@ -2,13 +2,17 @@
 // which builds akadzed and the no-op plugin, installs the peers and starts a
 // throwaway PostgreSQL). On that one PostgreSQL, in one run, it measures:
 //
-//  - akadzed burn-down: N ready jobs inserted first, then the real daemon
-//    (`akadzed run`) with the no-op plugin, and with a /bin/true shell
-//    handler; jobs/s from the first claim (min started_at) to the last
-//    finish (max finished_at), the daemon's CPU time (/proc/<pid>/stat) and
-//    peak memory (VmHWM), the server's CPU time, and per job the statements
-//    (round trips) and commits the server saw (pg_stat_statements,
-//    pg_stat_database);
+//  - akadzed burn-down: N ready jobs inserted first into a paused queue,
+//    then the real daemon(s) (`akadzed run`, LISTEN on) with the no-op
+//    plugin, and with a /bin/true shell handler; once every daemon listens,
+//    the queue is resumed with a NOTIFY that wakes them together; jobs/s
+//    from the first claim (min started_at) to the last finish (max
+//    finished_at), the daemons' CPU time (/proc/<pid>/stat) and peak memory
+//    (VmHWM), the server's CPU time, and per job the statements (round
+//    trips) and commits the server saw (pg_stat_statements,
+//    pg_stat_database), the claim index's entries read and how many of them
+//    were live rows (pg_stat_user_indexes), and the age of the oldest other
+//    snapshot while it ran (pg_stat_activity, sampled with each poll);
 //  - akadzed enqueue-to-start latency at steady arrival rates, with and
 //    without LISTEN/NOTIFY: the enqueuer's wall clock at the INSERT (in the
 //    job's args) against the plugin's wall clock when handle() starts;
@@ -229,6 +233,21 @@ async function serverCounters(admin, database) {
   return { commits: Number(commits.rows[0].commits), rollbacks: Number(commits.rows[0].rollbacks), calls: Number(statements.rows[0].calls) };
 }
 
+async function claimIndexCounters(db) {
+  const r = await db.query(`${TAG} SELECT idx_tup_read::int8 AS read, idx_tup_fetch::int8 AS fetched
+                              FROM pg_stat_user_indexes WHERE indexrelid = 'akadze.jobs_claim_idx'::regclass`);
+  return { read: Number(r.rows[0].read), fetched: Number(r.rows[0].fetched) };
+}
+
+// The oldest snapshot among the database's sessions other than `db`'s own,
+// as the age in transaction ids of its xmin: rows dead since then cannot
+// be pruned nor their index entries killed.
+async function oldestSnapshotAge(db) {
+  const r = await db.query(`${TAG} SELECT coalesce(max(age(backend_xmin)), 0)::int8 AS age FROM pg_stat_activity
+                              WHERE datname = current_database() AND pid <> pg_backend_pid()`);
+  return Number(r.rows[0].age);
+}
+
 async function topStatements(admin, database, limit = 8) {
   const result = await admin.query(
     `${TAG} SELECT calls, rows, round(total_exec_time::numeric, 1) AS total_ms, round(mean_exec_time::numeric, 3) AS mean_ms,
@@ -243,15 +262,25 @@ async function topStatements(admin, database, limit = 8) {
 // Runs `body` between two readings of the counters; `driverQueries()` says how
 // many autocommit statements the driver itself sent to `database` meanwhile
 // (they count as commits in pg_stat_database).
-async function withServerCounters(admin, database, body) {
+// `db` (a client on `database`, for akadzed's): also what the claim index
+// (akadze.jobs_claim_idx) returned to scans and how many of those entries led
+// to a live row; the rest are entries of rows no longer queued that the scans
+// walked because they could not be killed yet.
+async function withServerCounters(admin, database, body, db = null) {
   await admin.query(`${TAG} SELECT pg_stat_statements_reset()`);
   await sleep(1100);  // pending statistics of earlier runs are flushed
   const before = await serverCounters(admin, database);
+  const indexBefore = db ? await claimIndexCounters(db) : null;
   const cpuBefore = serverCpuSeconds();
   const result = await body();
   const serverCpu = serverCpuSeconds() - cpuBefore;
   await sleep(1100);
   const after = await serverCounters(admin, database);
+  if (db) {
+    const indexAfter = await claimIndexCounters(db);
+    result.claim_index_read_per_job = (indexAfter.read - indexBefore.read) / result.jobs;
+    result.claim_index_fetched_per_job = (indexAfter.fetched - indexBefore.fetched) / result.jobs;
+  }
   const jobs = result.jobs;
   result.server_cpu_s = serverCpu;
   result.statements_per_job = (after.calls - before.calls) / jobs;
@@ -330,13 +359,30 @@ async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
   const finishBatchDelay = handler === "shell" ? opts["shell-finish-batch-delay"] : opts["finish-batch-delay"];
   const N = handler === "shell" && Number(opts["shell-jobs"]) > 0 ? Number(opts["shell-jobs"]) : Number(opts.jobs);
   await db.query(`${TAG} TRUNCATE akadze.jobs`);
+  // The daemons start on a paused queue and the burn-down begins when all
+  // of them are up and listening: one NOTIFY in the resuming transaction
+  // wakes them together. So a daemon's start (connections, its first
+  // statements) is not counted against the burn-down of the others.
+  await db.query(`${TAG} INSERT INTO akadze.queue_pauses (queue) VALUES ('bench') ON CONFLICT DO NOTHING`);
   await db.query(`${TAG} INSERT INTO akadze.jobs (task, queue) SELECT 'noop', 'bench' FROM generate_series(1, $1)`, [N]);
   await db.query(`${TAG} VACUUM ANALYZE akadze.jobs`);
   const loadAvg = load();
   const result = await withServerCounters(admin, AKADZED_DB, async () => {
     let polls = 0;
-    const config = akadzedConfig({ handler, slots, prefetch, finishBatchDelay, pollInterval: opts["poll-interval"], listen: false, keepSucceeded });
+    const config = akadzedConfig({ handler, slots, prefetch, finishBatchDelay, pollInterval: opts["poll-interval"], listen: true, keepSucceeded });
     const daemons = Array.from({ length: daemonCount }, (_, i) => startDaemon(`burn-down-${handlerName}-${i + 1}`, config));
+    await waitFor(async () => {
+      const exited = daemons.find((d) => d.child.exitCode !== null);
+      if (exited) throw new Error(`akadzed exited:\n${exited.output().slice(-2000)}`);
+      // Each daemon's listener is a session of its own, named "akadzed
+      // listen", idle once it listens (its last statement comes after LISTEN).
+      const r = await db.query(`${TAG} SELECT count(*)::int AS n FROM pg_stat_activity
+                                  WHERE datname = current_database() AND application_name = 'akadzed listen'
+                                    AND state = 'idle' AND query <> ''`);
+      return r.rows[0].n === daemonCount;
+    }, 10, 60000, `${daemonCount} akadzed daemons to listen`);
+    await db.query(`${TAG} WITH resumed AS (DELETE FROM akadze.queue_pauses WHERE queue = 'bench')
+                     SELECT pg_notify('akadze_jobs', 'bench')`);
     // Jobs that are deleted as they succeed leave no started_at or
     // finished_at: the first start is read from the first claim's running
     // rows (polled every 5 ms until seen; a claim's rows share its
@@ -344,6 +390,7 @@ async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
     // is seen empty (every 25 ms, as for Graphile Worker's).
     let firstStart = null;
     let end = 0;
+    const snapshotAges = [];
     await waitFor(async () => {
       polls += 1;
       const left = await db.query(`${TAG} SELECT EXISTS (SELECT 1 FROM akadze.jobs WHERE state = 'queued')
@@ -351,6 +398,7 @@ async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
                                     extract(epoch FROM (SELECT min(started_at) FROM akadze.jobs WHERE state = 'running')) * 1000 AS first_ms`);
       end = wallMs();
       if (firstStart === null && left.rows[0].first_ms !== null) firstStart = Number(left.rows[0].first_ms);
+      snapshotAges.push(await oldestSnapshotAge(db));
       const exited = daemons.find((d) => d.child.exitCode !== null);
       if (exited) throw new Error(`akadzed exited:\n${exited.output().slice(-2000)}`);
       return !left.rows[0].left;
@@ -364,9 +412,12 @@ async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
     // Deleted as they succeeded: none may be left (a failed or retried job stays).
     if (!keepSucceeded && Number(row.kept) !== 0) throw new Error(`akadzed (${handlerName}): ${row.kept} of ${N} jobs left`);
     if (!keepSucceeded) row.seconds = (end - firstStart) / 1000;
+    snapshotAges.sort((a, b) => a - b);
     return { jobs: N, seconds: row.seconds, jobs_per_s: N / row.seconds, cpu_s: cpu, vm_hwm_mb: hwm,
-             driver_queries: polls + 1, slots, prefetch, daemons: daemonCount };
-  });
+             driver_queries: 2 * polls + 2, slots, prefetch, daemons: daemonCount,
+             snapshot_age_p50: snapshotAges[Math.floor(snapshotAges.length / 2)] ?? 0,
+             snapshot_age_max: snapshotAges[snapshotAges.length - 1] ?? 0 };
+  }, db);
   result.load = loadAvg;
   return result;
 }
@@ -722,6 +773,7 @@ async function main() {
         // The first count under the plain key, the others beside it.
         results[i === 0 ? `akadzed_${handler}` : `akadzed_${handler}_x${daemonCount}`] = r;
         note(`akadzed ${handler}${daemonCount > 1 ? `, ${daemonCount} daemons` : ""}: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, daemon CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, VmHWM ${fmt(r.vm_hwm_mb, 1)} MB, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
+        note(`  claim index (jobs_claim_idx): ${fmt(r.claim_index_read_per_job, 2)} entries read per job, ${fmt(r.claim_index_fetched_per_job, 2)} of them live rows; oldest other snapshot p50 ${r.snapshot_age_p50}, max ${r.snapshot_age_max} transactions old`);
         printTop(`akadzed ${handler}${daemonCount > 1 ? `, ${daemonCount} daemons` : ""}`, r.top);
         if (handler === "shell" && i === 0) {
           results.spawn_ceiling = spawnCeiling(r.jobs, r.slots);

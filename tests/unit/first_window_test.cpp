@@ -19,34 +19,34 @@ TEST_CASE("first window: 4 rows a slot until a claim says what it needed", "[fir
   CHECK(sizer.per_slot() == 4.0);
 }
 
-TEST_CASE("first window: the last claim's rows a job, with the margin, from 1.5 to 4", "[first_window]") {
+TEST_CASE("first window: the last claim's rows a job, with the margin, from 1.15 to 4", "[first_window]") {
   FirstWindowSizer sizer;
   // The head of the queue was all it needed: the margin alone.
   sizer.Observe(500, 500);
-  CHECK(sizer.per_slot() == Approx(1.5));
-  // Two rows a job (half the rows at a key's limit): 3.
+  CHECK(sizer.per_slot() == Approx(1.15));
+  // Two rows a job (half the rows at a key's limit): 2.3.
   sizer.Observe(100, 200);
-  CHECK(sizer.per_slot() == Approx(3.0));
+  CHECK(sizer.per_slot() == Approx(2.3));
   // Four rows a job or more: the fixed size, never beyond it.
   sizer.Observe(10, 100);
   CHECK(sizer.per_slot() == 4.0);
   sizer.Observe(10, 11);
-  CHECK(sizer.per_slot() == Approx(1.65));
+  CHECK(sizer.per_slot() == Approx(1.265));
   // Fewer rows than jobs cannot be: counted as one a job.
   sizer.Observe(10, 3);
-  CHECK(sizer.per_slot() == Approx(1.5));
+  CHECK(sizer.per_slot() == Approx(1.15));
 }
 
 TEST_CASE("first window: a claim whose need is unknown puts it back to 4", "[first_window]") {
   FirstWindowSizer sizer;
   sizer.Observe(500, 500);
-  REQUIRE(sizer.per_slot() == Approx(1.5));
+  REQUIRE(sizer.per_slot() == Approx(1.15));
   sizer.Observe(7, std::nullopt);
   CHECK(sizer.per_slot() == 4.0);
   // An empty claim after it leaves it where it is.
   sizer.Observe(500, 500);
   sizer.Observe(0, std::nullopt);
-  CHECK(sizer.per_slot() == Approx(1.5));
+  CHECK(sizer.per_slot() == Approx(1.15));
 }
 
 TEST_CASE("first window: read for every slot of a small queue, else for those free, or for those the last "
