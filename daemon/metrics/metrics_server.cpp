@@ -7,12 +7,18 @@
 
 #include <cerrno>
 #include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
 #include <system_error>
+#include <thread>
+#include <vector>
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include "core/redact.h"
+#include "core/thread_annotations.h"
 
 namespace akadzed {
 
@@ -27,6 +33,70 @@ class BoundHttpServer : public httplib::Server {
 };
 
 namespace {
+
+// The listener's request threads, as httplib's TaskQueue. httplib's own
+// ThreadPool, when a thread cannot start (a pids limit, TasksMax),
+// throws from its constructor with the threads it did start still
+// joinable, and the process ends in std::terminate; and it is made on the
+// listening thread, where nothing can catch it. This one is made by
+// Serve() on the caller's thread, and a failure stops and joins the
+// threads already started before it throws: the daemon then fails to
+// start with one line (start_failed) instead of aborting.
+class ServingThreads final : public httplib::TaskQueue {
+ public:
+  explicit ServingThreads(int count) {
+    try {
+      for (int i = 0; i < count; ++i) threads_.emplace_back([this] { Work(); });
+    } catch (...) {
+      shutdown();
+      throw;
+    }
+  }
+  ~ServingThreads() override { shutdown(); }
+  ServingThreads(const ServingThreads&) = delete;
+  ServingThreads& operator=(const ServingThreads&) = delete;
+
+  void enqueue(std::function<void()> fn) override {
+    {
+      MutexLock lock(mu_);
+      tasks_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+
+  // Lets the tasks queued run, then joins every thread. Idempotent.
+  void shutdown() override {
+    {
+      MutexLock lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        MutexLock lock(mu_);
+        cv_.wait(lock, [this]() NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;  // stopping, nothing left
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;  // started by the constructor, joined by shutdown()
+};
 
 constexpr const char* kTextPlain = "text/plain; charset=utf-8";
 constexpr const char* kExposition = "text/plain; version=0.0.4; charset=utf-8";
@@ -83,7 +153,6 @@ MetricsServer::MetricsServer() : server_(std::make_unique<BoundHttpServer>()) {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     fcntl(sock, F_SETFD, FD_CLOEXEC);
   });
-  server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
   // Idle keep-alive connections hold a pool thread and delay Stop().
   server_->set_keep_alive_timeout(2);
   server_->set_read_timeout(5, 0);
@@ -158,11 +227,24 @@ void MetricsServer::Serve(Endpoints endpoints) {
         spdlog::error("metrics_request_failed | {}", what);
         res.set_content(what + "\n", kTextPlain);
       });
+  // Four request threads (idle keep-alive connections hold one each, up to
+  // keep_alive_timeout), made here so that a failure to start them throws
+  // to the caller; httplib takes them over on its listening thread and
+  // shuts them down when listening ends.
+  auto threads = std::make_shared<std::unique_ptr<ServingThreads>>();
+  try {
+    *threads = std::make_unique<ServingThreads>(4);
+    server_->new_task_queue = [threads] { return threads->release(); };
+    thread_ = std::thread([this] {
+      if (!server_->listen_after_bind()) spdlog::error("metrics_stopped | the listener failed");
+      listen_returned_.store(true);
+    });
+  } catch (const std::system_error& e) {
+    threads->reset();  // joins those that started
+    throw std::runtime_error("metrics: cannot start the listener's threads on " + address_ + ": " +
+                             e.code().message() + " (a limit on threads: systemd's TasksMax, a pids cgroup?)");
+  }
   serving_ = true;
-  thread_ = std::thread([this] {
-    if (!server_->listen_after_bind()) spdlog::error("metrics_stopped | the listener failed");
-    listen_returned_.store(true);
-  });
   // httplib's stop() only acts once the accept loop runs: wait for it, so
   // that a Stop() right after Serve() cannot miss it.
   while (!server_->is_running() && !listen_returned_.load()) {

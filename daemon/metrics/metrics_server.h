@@ -52,7 +52,10 @@ class MetricsServer {
   // host:port as bound (the real port when 0 was asked; [v6]:port).
   const std::string& address() const { return address_; }
   // Starts answering requests (after Bind) and logs
-  // `metrics_listening address=...`.
+  // `metrics_listening address=...`. Throws std::runtime_error with one
+  // line when its threads cannot start ("metrics: cannot start the
+  // listener's threads on ...: Resource temporarily unavailable ..."),
+  // having joined those that did.
   void Serve(Endpoints endpoints);
   // Stops accepting, finishes the requests in flight and joins the threads;
   // closes a socket that was bound but never served. Idempotent.

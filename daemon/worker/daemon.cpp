@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <string>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -212,6 +214,7 @@ struct Daemon::Services {
   std::unique_ptr<PeriodicScheduler> periodic;
   std::unique_ptr<Pruner> pruner;
   std::atomic<bool> draining{false};  // claim loops end on purpose: /healthz stays 200
+  std::string queues_text;            // the queues as the `started` line names them
 };
 
 int Daemon::Run() {
@@ -227,69 +230,110 @@ int Daemon::Run() {
   return 0;
 }
 
+namespace {
+
+// The start_failed line for `e`, thrown while `starting` started: a thread
+// that could not start (std::thread's std::system_error) names what it was
+// for.
+std::string StartFailure(const std::exception& e, const std::string& starting) {
+  const auto* error = dynamic_cast<const std::system_error*>(&e);
+  if (error == nullptr || starting.empty()) return e.what();
+  std::string line = "cannot start " + starting + ": " + error->code().message();
+  if (error->code() == std::errc::resource_unavailable_try_again) {
+    line += " (a limit on threads: systemd's TasksMax, a pids cgroup, ulimit -u?)";
+  }
+  return line;
+}
+
+}  // namespace
+
 std::unique_ptr<Daemon::Services> Daemon::Start() {
   auto s = std::make_unique<Services>(config_, conninfo_, hooks_.get());
+  std::string starting;
   try {
     CheckSchema(conninfo_);
     s->monitoring.Bind();
     s->lease.SetFinishTally(&s->finish_tally);
+    starting = "the lease keeper";
     s->lease.Start();
   } catch (const std::exception& e) {
-    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(e.what(), conninfo_)));
+    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(e, starting), conninfo_)));
     return nullptr;
   }
-  s->finisher.Start();
-  std::string queues;
+  try {
+    StartWork(*s, starting);
+  } catch (const std::exception& e) {
+    // A thread that cannot start (TasksMax, a pids cgroup), or memory: what
+    // did start stops as at a SIGTERM, without waiting for a signal.
+    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(e, starting), conninfo_)));
+    StopClaiming(*s);
+    s->Drained(Clock::now() + std::chrono::microseconds(config_.worker.shutdown_timeout_us));
+    if (!Stop(*s, /*second_signal=*/false)) {
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    return nullptr;
+  }
+  spdlog::info("started worker={} queues={} handlers={} pid={}", s->identity.id, LogValue(s->queues_text),
+               config_.handlers.size(), s->identity.pid);
+  notifier_.Notify("READY=1\nSTATUS=claiming");
+  return s;
+}
+
+void Daemon::StartWork(Services& s, std::string& starting) {
+  starting = "the finisher";
+  s.finisher.Start();
+  std::string& queues = s.queues_text;
   for (const QueueConfig& q : config_.queues) {
-    s->runners.push_back(std::make_unique<QueueRunner>(q, s->timings, conninfo_, s->stall, handlers_,
-                                                       s->running, s->finisher, s->lease,
-                                                       s->monitoring.worker_metrics(), hooks_.get()));
-    s->runners.back()->Start();
+    starting = "the claim loop of queue " + q.name;
+    s.runners.push_back(std::make_unique<QueueRunner>(q, s.timings, conninfo_, s.stall, handlers_,
+                                                       s.running, s.finisher, s.lease,
+                                                       s.monitoring.worker_metrics(), hooks_.get()));
+    s.runners.back()->Start();
     queues += fmt::format("{}{}(slots={},{}{})", queues.empty() ? "" : ",", q.name, q.slots,
                           q.mode == ClaimMode::kFair ? "fair" : "ordered",
                           q.aging_us ? ",aging=" + FormatDuration(*q.aging_us) : "");
   }
-  Services& services = *s;
-  s->lease.SetHeldJobs([&services] { return services.Held(); });
+  s.lease.SetHeldJobs([&s] { return s.Held(); });
   if (config_.worker.listen_notify) {
-    s->listener = std::make_unique<NotifyListener>(conninfo_, [&services](const std::string& queue) {
-      for (auto& r : services.runners) {
+    starting = "the notify listener";
+    s.listener = std::make_unique<NotifyListener>(conninfo_, [&s](const std::string& queue) {
+      for (auto& r : s.runners) {
         if (queue.empty() || r->name() == queue) r->Wake();
       }
     });
-    s->listener->Start();
+    s.listener->Start();
   }
-  s->periodic = std::make_unique<PeriodicScheduler>(conninfo_, s->stall, config_.periodic);
-  s->periodic->Start();
+  starting = "the periodic scheduler";
+  s.periodic = std::make_unique<PeriodicScheduler>(conninfo_, s.stall, config_.periodic);
+  s.periodic->Start();
   if (config_.pruning.enabled) {
-    s->pruner = std::make_unique<Pruner>(conninfo_, s->stall, config_.pruning);
-    s->pruner->Start();
+    starting = "the pruner";
+    s.pruner = std::make_unique<Pruner>(conninfo_, s.stall, config_.pruning);
+    s.pruner->Start();
   }
   const auto health_grace = notifier_.watchdog_interval().value_or(std::chrono::seconds(60));
   if (config_.metrics.enabled && config_.web.enabled) {
-    s->page = std::make_unique<StatusPage>(conninfo_, config_.web, s->stall);
+    s.page = std::make_unique<StatusPage>(conninfo_, config_.web, s.stall);
   }
-  s->monitoring.Start({
+  starting = "the metrics listener";
+  s.monitoring.Start({
       .slots =
-          [&services] {
+          [&s] {
             std::vector<Monitoring::QueueSlots> slots;
-            for (const auto& r : services.runners) slots.push_back({r->name(), r->slots(), r->busy_slots()});
+            for (const auto& r : s.runners) slots.push_back({r->name(), r->slots(), r->busy_slots()});
             return slots;
           },
-      .lease_held = [&services] { return services.lease.held(); },
+      .lease_held = [&s] { return s.lease.held(); },
       .stalled_loop =
-          [&services, health_grace]() -> std::optional<std::string> {
-            if (services.draining.load()) return std::nullopt;
-            return StalledLoop(services.Loops(), Clock::now(), health_grace);
+          [&s, health_grace]() -> std::optional<std::string> {
+            if (s.draining.load()) return std::nullopt;
+            return StalledLoop(s.Loops(), Clock::now(), health_grace);
           },
-      .pages = s->page ? std::function<HttpReply(const HttpRequest&)>(
-                             [page = s->page.get()](const HttpRequest& r) { return page->Handle(r); })
+      .pages = s.page ? std::function<HttpReply(const HttpRequest&)>(
+                             [page = s.page.get()](const HttpRequest& r) { return page->Handle(r); })
                        : nullptr,
   });
-  spdlog::info("started worker={} queues={} handlers={} pid={}", s->identity.id, LogValue(queues),
-               config_.handlers.size(), s->identity.pid);
-  notifier_.Notify("READY=1\nSTATUS=claiming");
-  return s;
 }
 
 void Daemon::Serve(Services& s) {
@@ -317,13 +361,17 @@ void Daemon::Serve(Services& s) {
   }
 }
 
-bool Daemon::Drain(Services& s) {
-  notifier_.Notify("STOPPING=1\nSTATUS=draining");
+void Daemon::StopClaiming(Services& s) {
   s.draining = true;
   if (s.listener) s.listener->Stop();
   if (s.pruner) s.pruner->Stop();
-  s.periodic->Stop();
+  if (s.periodic) s.periodic->Stop();
   for (auto& r : s.runners) r->StopClaiming();
+}
+
+bool Daemon::Drain(Services& s) {
+  notifier_.Notify("STOPPING=1\nSTATUS=draining");
+  StopClaiming(s);
   const auto watchdog = notifier_.watchdog_interval();
   const auto deadline = Clock::now() + std::chrono::microseconds(config_.worker.shutdown_timeout_us);
   bool fast = false;

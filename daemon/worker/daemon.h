@@ -59,9 +59,18 @@ class Daemon {
   // finisher, one QueueRunner per queue, the notify listener (with
   // listen_notify), the periodic scheduler, the pruner (unless disabled) and
   // the monitoring; logs `started` and sends READY=1. Null when the schema,
-  // the listener or the registration fails: logged `start_failed`, nothing
-  // left running.
+  // the listener or the registration fails, or a thread of the later ones
+  // cannot start (a limit on threads): logged `start_failed`, nothing left
+  // running (what had started stopped as at a SIGTERM: jobs already claimed
+  // run, up to shutdown_timeout, or go back to queued).
   std::unique_ptr<Services> Start();
+  // Start's second half: the finisher, the runners, the listener, the
+  // periodic scheduler, the pruner and the monitoring. Throws when one
+  // cannot start; `starting` then names it.
+  void StartWork(Services& services, std::string& starting);
+  // Stops the listener, the pruner, the periodic scheduler and every claim
+  // loop (those that started); Drain's first step, and a failed start's.
+  void StopClaiming(Services& services);
 
   // Phase 2, serve. Waits for signals until SIGTERM or SIGINT (logged
   // `signal`): SIGHUP reloads between RELOADING=1 and READY=1; every tick

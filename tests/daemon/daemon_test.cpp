@@ -15,6 +15,7 @@
 #include <memory>
 #include <numeric>
 #include <regex>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "pg/connection.h"
@@ -54,12 +55,14 @@ struct DaemonFixture {
                                          // Any free port: tests run side by side.
                                          "metrics: {listen: 127.0.0.1:0}\n");
   }
-  std::unique_ptr<DaemonProcess> Start(const std::string& config, EnvChanges env = {}) {
+  // `cgroup_procs`: the daemon joins that cgroup before it execs.
+  std::unique_ptr<DaemonProcess> Start(const std::string& config, EnvChanges env = {},
+                                       const std::string& cgroup_procs = "") {
     env.emplace("AKADZED_PLUGIN_PATH", std::string(AKADZED_TEST_PLUGIN_DIR) + ":" +
                                            AKADZED_EXAMPLE_PLUGIN_DIR);
     std::string log = dir.path() + "/daemon" + std::to_string(++started) + ".log";
     return std::make_unique<DaemonProcess>(
-        std::vector<std::string>{"run", "--config", config, "--database-url", db}, env, log);
+        std::vector<std::string>{"run", "--config", config, "--database-url", db}, env, log, cgroup_procs);
   }
   std::int64_t Enqueue(const std::string& task, const std::string& args = "{}",
                        int max_attempts = 3) {
@@ -347,6 +350,8 @@ class PidsCgroup {
     if (!path_.empty()) rmdir(path_.c_str());  // empty once the process in it ended
   }
   const std::string& path() const { return path_; }
+  std::string procs() const { return path_ + "/cgroup.procs"; }
+  void Limit(int max) const { std::ofstream(path_ + "/pids.max") << max; }
   // Moves `pid` (all its threads) into the group, with at most `max` tasks.
   bool Confine(pid_t pid, int max) const {
     std::ofstream(path_ + "/pids.max") << max;
@@ -398,6 +403,65 @@ TEST_CASE("a queue that cannot start an executor runs its jobs on those it has a
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait(30s) == 0);
   CHECK(test::JobsInState(f.conn, "queued") == 6);
+}
+
+// A daemon started under a limit on threads (systemd's TasksMax, a pids
+// cgroup) too low for its own threads: wherever the limit cuts in (the
+// lease keeper, the finisher, a claim loop, the listener, the metrics
+// listener's request threads...) it exits 1 with one `start_failed` line,
+// never an abort (before, the metrics listener's thread pool ended the
+// process in std::terminate, and a claim loop that could not start left
+// an uncaught exception); what it claimed meanwhile runs or goes back to
+// queued. With room for all of them it starts and runs.
+TEST_CASE("a daemon that cannot start its threads exits 1 with one start_failed line and loses no job",
+          "[daemon]") {
+  PidsCgroup cgroup;
+  if (cgroup.path().empty()) {
+    WARN("no pids cgroup can be made here (not root, or no cgroupfs): not tested");
+    return;
+  }
+  DaemonFixture f;
+  const std::string config = f.Config("  sleepy:\n    plugin: {path: libsleepy_plugin.so}\n", kFastWorker, 4);
+  for (int i = 0; i < 40; ++i) f.Enqueue("sleepy", R"({"ms": 20})");
+  std::set<std::string> failed_at;
+  int limit = 1;
+  for (;; ++limit) {
+    REQUIRE(limit <= 40);
+    cgroup.Limit(limit);
+    auto daemon = f.Start(config, {}, cgroup.procs());
+    REQUIRE(WaitUntil([&] { return !daemon->running() || daemon->Log().find("started worker=") != std::string::npos; }));
+    const std::string log = daemon->Log();
+    INFO("pids.max " << limit << ":\n" << log);
+    if (log.find("started worker=") != std::string::npos) {
+      daemon->Signal(SIGTERM);
+      // It ran under the limit: no start line failed, and it stops cleanly.
+      CHECK(daemon->Wait(30s) == 0);
+      break;
+    }
+    REQUIRE(daemon->Wait(30s) == 1);
+    const auto at = log.find("event=start_failed");
+    REQUIRE(at != std::string::npos);
+    CHECK(log.find("event=start_failed", at + 1) == std::string::npos);
+    CHECK(log.find("terminate") == std::string::npos);
+    const auto end = log.find('\n', at);
+    const std::string line = log.substr(at, end - at);
+    CHECK(line.find("cannot start ") != std::string::npos);
+    failed_at.insert(line.substr(0, line.find(':')));
+    // Nothing it claimed is left running under it.
+    CHECK(test::JobsInState(f.conn, "running") == 0);
+  }
+  INFO("failures seen: " << failed_at.size());
+  // The metrics listener's request threads were one of the places it failed.
+  CHECK(std::any_of(failed_at.begin(), failed_at.end(),
+                    [](const std::string& line) { return line.find("the metrics listener") != std::string::npos; }));
+  CHECK(failed_at.size() >= 3);
+  // With room for its threads, a daemon runs every job: none failed or was
+  // lost in the failed starts.
+  cgroup.Limit(limit + 8);
+  auto daemon = f.Start(config, {}, cgroup.procs());
+  CHECK(WaitUntil([&] { return test::JobsInState(f.conn, "succeeded") == 40; }, 60s));
+  daemon->Signal(SIGTERM);
+  CHECK(daemon->Wait(30s) == 0);
 }
 
 TEST_CASE("SIGTERM during a claim: the jobs it brings run before the daemon stops",

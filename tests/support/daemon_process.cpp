@@ -48,7 +48,7 @@ std::string TempDir::Write(const std::string& name, const std::string& text, boo
 }
 
 DaemonProcess::DaemonProcess(const std::vector<std::string>& args, const EnvChanges& env,
-                             std::string log_path)
+                             std::string log_path, const std::string& cgroup_procs)
     : log_path_(std::move(log_path)) {
   std::vector<std::string> argv{AkadzedBinary()};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -59,6 +59,12 @@ DaemonProcess::DaemonProcess(const std::vector<std::string>& args, const EnvChan
   if (log < 0) throw std::runtime_error("cannot open " + log_path_);
   pid_ = fork();
   if (pid_ == 0) {
+    if (!cgroup_procs.empty()) {
+      // "0" moves the writing process (cgroup v1 and v2).
+      const int procs = open(cgroup_procs.c_str(), O_WRONLY);
+      if (procs < 0 || write(procs, "0", 1) != 1) _exit(126);
+      close(procs);
+    }
     int null = open("/dev/null", O_RDONLY);
     dup2(null, 0);
     dup2(log, 1);

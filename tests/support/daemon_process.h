@@ -39,8 +39,10 @@ class TempDir {
 class DaemonProcess {
  public:
   // Starts the akadzed binary with `args`; stdout and stderr go to `log_path`.
+  // With `cgroup_procs` (a cgroup's cgroup.procs file), the child joins that
+  // cgroup before it execs: every thread the daemon makes counts there.
   DaemonProcess(const std::vector<std::string>& args, const EnvChanges& env,
-                std::string log_path);
+                std::string log_path, const std::string& cgroup_procs = "");
   // Kills (SIGKILL) and reaps the process if it still runs.
   ~DaemonProcess();
   DaemonProcess(const DaemonProcess&) = delete;
