@@ -46,6 +46,9 @@
 //          --only akadzed,latency,graphile,graphile-latency,pgboss,pgbench
 //          --graphile-modes batched,default (Graphile Worker's burn-downs;
 //          default mode runs ~12x slower: leave it out of 1,000,000-job runs)
+//          --fillfactor N (akadze.jobs's fillfactor in akadzed's burn-downs;
+//          default: the table's, 100; 60 gained nothing at 100,000 or
+//          1,000,000 jobs, docs/benchmarks.md "seventh step")
 import { spawn, execFileSync } from "node:child_process";
 import fs from "node:fs";
 import { createRequire } from "node:module";
@@ -76,6 +79,7 @@ const defaults = {
   daemons: 1,
   only: "akadzed,latency,graphile,graphile-latency,pgboss,pgbench",
   "graphile-modes": "batched,default",
+  fillfactor: 0,
 };
 const opts = { ...defaults };
 for (let i = 2; i < process.argv.length; i += 2) {
@@ -359,6 +363,7 @@ async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
   const finishBatchDelay = handler === "shell" ? opts["shell-finish-batch-delay"] : opts["finish-batch-delay"];
   const N = handler === "shell" && Number(opts["shell-jobs"]) > 0 ? Number(opts["shell-jobs"]) : Number(opts.jobs);
   await db.query(`${TAG} TRUNCATE akadze.jobs`);
+  if (Number(opts.fillfactor) > 0) await db.query(`${TAG} ALTER TABLE akadze.jobs SET (fillfactor = ${Number(opts.fillfactor)})`);
   // The daemons start on a paused queue and the burn-down begins when all
   // of them are up and listening: one NOTIFY in the resuming transaction
   // wakes them together. So a daemon's start (connections, its first
