@@ -11,8 +11,10 @@
 //    (VmHWM), the server's CPU time, and per job the statements (round
 //    trips) and commits the server saw (pg_stat_statements,
 //    pg_stat_database), the claim index's entries read and how many of them
-//    were live rows (pg_stat_user_indexes), and the age of the oldest other
-//    snapshot while it ran (pg_stat_activity, sampled with each poll);
+//    were live rows (pg_stat_user_indexes), the age of the oldest other
+//    snapshot while it ran (pg_stat_activity, sampled with each poll), and
+//    akadze.jobs's blocks found in shared buffers and read in
+//    (pg_statio_user_tables);
 //  - akadzed enqueue-to-start latency at steady arrival rates, with and
 //    without LISTEN/NOTIFY: the enqueuer's wall clock at the INSERT (in the
 //    job's args) against the plugin's wall clock when handle() starts;
@@ -238,9 +240,13 @@ async function serverCounters(admin, database) {
 }
 
 async function claimIndexCounters(db) {
-  const r = await db.query(`${TAG} SELECT idx_tup_read::int8 AS read, idx_tup_fetch::int8 AS fetched
-                              FROM pg_stat_user_indexes WHERE indexrelid = 'akadze.jobs_claim_idx'::regclass`);
-  return { read: Number(r.rows[0].read), fetched: Number(r.rows[0].fetched) };
+  const r = await db.query(`${TAG} SELECT i.idx_tup_read::int8 AS read, i.idx_tup_fetch::int8 AS fetched,
+                                     (t.heap_blks_read + t.idx_blks_read)::int8 AS blks_read,
+                                     (t.heap_blks_hit + t.idx_blks_hit)::int8 AS blks_hit
+                              FROM pg_stat_user_indexes i, pg_statio_user_tables t
+                              WHERE i.indexrelid = 'akadze.jobs_claim_idx'::regclass AND t.relid = 'akadze.jobs'::regclass`);
+  const row = r.rows[0];
+  return { read: Number(row.read), fetched: Number(row.fetched), blks_read: Number(row.blks_read), blks_hit: Number(row.blks_hit) };
 }
 
 // The oldest snapshot among the database's sessions other than `db`'s own,
@@ -284,6 +290,8 @@ async function withServerCounters(admin, database, body, db = null) {
     const indexAfter = await claimIndexCounters(db);
     result.claim_index_read_per_job = (indexAfter.read - indexBefore.read) / result.jobs;
     result.claim_index_fetched_per_job = (indexAfter.fetched - indexBefore.fetched) / result.jobs;
+    result.jobs_blocks_read_per_job = (indexAfter.blks_read - indexBefore.blks_read) / result.jobs;
+    result.jobs_blocks_hit_per_job = (indexAfter.blks_hit - indexBefore.blks_hit) / result.jobs;
   }
   const jobs = result.jobs;
   result.server_cpu_s = serverCpu;
@@ -778,7 +786,7 @@ async function main() {
         // The first count under the plain key, the others beside it.
         results[i === 0 ? `akadzed_${handler}` : `akadzed_${handler}_x${daemonCount}`] = r;
         note(`akadzed ${handler}${daemonCount > 1 ? `, ${daemonCount} daemons` : ""}: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, daemon CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, VmHWM ${fmt(r.vm_hwm_mb, 1)} MB, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
-        note(`  claim index (jobs_claim_idx): ${fmt(r.claim_index_read_per_job, 2)} entries read per job, ${fmt(r.claim_index_fetched_per_job, 2)} of them live rows; oldest other snapshot p50 ${r.snapshot_age_p50}, max ${r.snapshot_age_max} transactions old`);
+        note(`  claim index (jobs_claim_idx): ${fmt(r.claim_index_read_per_job, 2)} entries read per job, ${fmt(r.claim_index_fetched_per_job, 2)} of them live rows; oldest other snapshot p50 ${r.snapshot_age_p50}, max ${r.snapshot_age_max} transactions old; akadze.jobs and its indexes: ${fmt(r.jobs_blocks_hit_per_job, 1)} blocks found in shared buffers and ${fmt(r.jobs_blocks_read_per_job, 2)} read in per job`);
         printTop(`akadzed ${handler}${daemonCount > 1 ? `, ${daemonCount} daemons` : ""}`, r.top);
         if (handler === "shell" && i === 0) {
           results.spawn_ceiling = spawnCeiling(r.jobs, r.slots);
