@@ -22,6 +22,9 @@ namespace {
 // without a claim, and how long a refused job is passed over.
 constexpr int kMaxRefusedPerRound = 16;
 constexpr std::chrono::seconds kRefusalHold{10};
+// How long after an executor could not start the queue runs with the
+// executors it has before it tries again for all its slots.
+constexpr std::chrono::seconds kExecutorRetry{10};
 
 }  // namespace
 
@@ -71,24 +74,53 @@ void QueueRunner::RunExecutor(ExecutorSeat& seat) {
   ExecutorLoop(seat);
 }
 
-QueueRunner::ExecutorSeat* QueueRunner::StartExecutorLocked() {
+QueueRunner::ExecutorSeat* QueueRunner::StartExecutorLocked(std::vector<Claimed>& shed) {
   if (executors_stop_ || seats_.size() >= executor_limit_) return nullptr;
   try {
     auto seat = std::make_unique<ExecutorSeat>();
     ExecutorSeat& ref = *seat;
     executors_.emplace_back([this, &ref] { RunExecutor(ref); });
     seats_.push_back(std::move(seat));  // reserved at Start: does not throw
+    if (executor_start_failing_) {
+      executor_start_failing_ = false;
+      spdlog::info("executor_start_recovered queue={} executors={} slots={}", LogValue(queue_.name),
+                   seats_.size(), queue_.slots);
+    }
     return &ref;
   } catch (const std::exception& e) {
     // Out of threads (ulimit -u, systemd's TasksMax, memory): the queue goes
     // on with the executors it has and claims no more than they can run
     // (capacity()), so no job it holds waits for an executor that never
-    // comes.
+    // comes. The limit may be passing (a burst of a shell handler's
+    // children counts against TasksMax too): kExecutorRetry later the claim
+    // loop tries one more (RetryExecutorsLocked). Logged as an error once,
+    // tries that fail again at debug.
     executor_limit_ = seats_.size();
-    spdlog::error("executor_start_failed queue={} executors={} slots={} | {}; the queue runs at most {} jobs at "
-                  "once until the daemon restarts",
-                  LogValue(queue_.name), seats_.size(), queue_.slots, OneLine(e.what()), seats_.size());
+    executor_retry_at_ = claim_loop_.clock().Now() + kExecutorRetry;
+    spdlog::log(executor_start_failing_ ? spdlog::level::debug : spdlog::level::err,
+                "executor_start_failed queue={} executors={} slots={} | {}; the queue runs at most {} jobs at "
+                "once, and tries to start one more in {} s",
+                LogValue(queue_.name), seats_.size(), queue_.slots, OneLine(e.what()), seats_.size(),
+                kExecutorRetry.count());
+    executor_start_failing_ = true;
+    ShedExcessLocked(shed);
     return nullptr;
+  }
+}
+
+void QueueRunner::ShedExcessLocked(std::vector<Claimed>& shed) {
+  const int excess = busy_ - static_cast<int>(shed.size()) - capacity();
+  if (excess <= 0 || ready_.empty()) return;
+  const std::size_t n = std::min(static_cast<std::size_t>(excess), ready_.size());
+  try {
+    shed.reserve(shed.size() + n);
+  } catch (const std::bad_alloc&) {
+    return;  // they stay in ready_ and run when executors free
+  }
+  // The last claimed go first; moving does not throw once reserved.
+  for (std::size_t k = 0; k < n; ++k) {
+    shed.push_back(std::move(ready_.back()));
+    ready_.pop_back();
   }
 }
 
@@ -134,7 +166,7 @@ void QueueRunner::Wake() {
 
 int QueueRunner::busy_slots() const {
   MutexLock lock(claim_loop_.mu());
-  return std::min(busy_, queue_.slots);
+  return std::min(busy_, static_cast<int>(executor_limit_));
 }
 
 HeldJobs QueueRunner::held_jobs() const {
@@ -164,15 +196,18 @@ void QueueRunner::ClaimLoop() {
     int capacity_now;
     bool wanted;
     Clock::time_point round_start;
+    std::vector<Claimed> round_shed;
     {
       MutexLock lock(claim_loop_.mu());
       if (claim_loop_.stop_requested_locked()) break;
       round_start = claim_loop_.clock().Now();
+      RetryExecutorsLocked(round_shed);
       capacity_now = capacity();
       free_slots = capacity_now - busy_;
       wanted = ClaimWantedLocked(free_slots);
       wake_ = false;
     }
+    ReleaseShed(round_shed);
     bool full = false;
     auto delay = std::chrono::duration_cast<std::chrono::microseconds>(poll * jitter(rng));
     if (wanted && lease_.held()) {
@@ -297,6 +332,7 @@ void QueueRunner::ClaimLoop() {
           spdlog::info("claim queue={} jobs={} free_slots={} ms={:.1f}", LogValue(queue_.name),
                        result.jobs.size(), free_slots, result.elapsed_ms);
           ExecutorSeat* wake = nullptr;
+          std::vector<Claimed> shed;
           {
             MutexLock lock(claim_loop_.mu());
             busy_ += static_cast<int>(result.jobs.size());
@@ -304,10 +340,14 @@ void QueueRunner::ClaimLoop() {
               held_.insert(job.id);
               ready_.push_back({std::move(job), request.worker_id});
             }
-            wake = WakeExecutorLocked();
+            // An executor that could not start while the claim ran lowered
+            // the capacity it was sized for.
+            ShedExcessLocked(shed);
+            wake = WakeExecutorLocked(shed);
           }
           // One executor wakes; the others follow one at a time (ExecutorLoop).
           if (wake) wake->cv.notify_one();
+          ReleaseShed(shed);
         }
       } catch (const std::exception& e) {
         const auto* pg_error = dynamic_cast<const pg::PgError*>(&e);
@@ -356,6 +396,18 @@ void QueueRunner::ClaimLoop() {
   }
 }
 
+void QueueRunner::RetryExecutorsLocked(std::vector<Claimed>& shed) {
+  if (executor_limit_ >= static_cast<std::size_t>(queue_.slots) || executors_stop_ ||
+      claim_loop_.clock().Now() < executor_retry_at_) {
+    return;
+  }
+  // One executor, with no job for it yet: if it starts, it waits idle and
+  // the queue has all its slots again; if not, StartExecutorLocked puts the
+  // limit back and sets the next try. No job is claimed for a try.
+  executor_limit_ = static_cast<std::size_t>(queue_.slots);
+  StartExecutorLocked(shed);
+}
+
 bool QueueRunner::ClaimWantedLocked(int free) const {
   if (free <= 0) return false;
   if (free >= std::max(1, (queue_.prefetch + 1) / 2)) return true;
@@ -375,20 +427,29 @@ void QueueRunner::ReleaseWaitingJobs() {
       ready_.pop_back();
     }
   }
-  for (Claimed& claimed : waiting) {
-    spdlog::info("release job={} task={} queue={} | prefetched, not started, and the daemon is stopping",
-                 claimed.job.id, LogValue(claimed.job.task), LogValue(claimed.job.queue));
+  ReleaseUnstarted(waiting, "prefetched, not started, and the daemon is stopping");
+}
+
+void QueueRunner::ReleaseShed(std::vector<Claimed>& shed) {
+  if (shed.empty()) return;
+  ReleaseUnstarted(shed, "claimed for an executor that could not start; not started");
+}
+
+void QueueRunner::ReleaseUnstarted(std::vector<Claimed>& jobs, std::string_view why) {
+  for (Claimed& claimed : jobs) {
+    spdlog::info("release job={} task={} queue={} | {}", claimed.job.id, LogValue(claimed.job.task),
+                 LogValue(claimed.job.queue), why);
     finisher_.Submit(FinishItem{std::move(claimed.job), std::move(claimed.worker_id),
                                 ReleaseOutcome(), 0, this});
   }
 }
 
-QueueRunner::ExecutorSeat* QueueRunner::WakeExecutorLocked() {
+QueueRunner::ExecutorSeat* QueueRunner::WakeExecutorLocked(std::vector<Claimed>& shed) {
   if (ready_.empty() || waking_ != nullptr) return nullptr;
   if (idle_.empty()) {
     // Every executor started is busy: one more, if the slots allow. It
     // takes the lock as soon as it runs, as one woken would.
-    ExecutorSeat* started = StartExecutorLocked();
+    ExecutorSeat* started = StartExecutorLocked(shed);
     if (started != nullptr) {
       started->woken = true;
       waking_ = started;
@@ -420,6 +481,7 @@ void QueueRunner::ExecutorLoop(ExecutorSeat& seat) {
   for (;;) {
     Claimed claimed;
     ExecutorSeat* wake = nullptr;
+    std::vector<Claimed> shed;  // allocates only when an executor could not start
     {
       MutexLock lock(claim_loop_.mu());
       // An executor just started (WakeExecutorLocked) is on its way to a job.
@@ -441,9 +503,10 @@ void QueueRunner::ExecutorLoop(ExecutorSeat& seat) {
       if (ready_.empty()) return;
       claimed = std::move(ready_.front());
       ready_.pop_front();
-      wake = WakeExecutorLocked();
+      wake = WakeExecutorLocked(shed);
     }
     if (wake) wake->cv.notify_one();
+    ReleaseShed(shed);
     Execute(std::move(claimed), seat);
   }
 }

@@ -47,6 +47,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -134,12 +135,32 @@ class QueueRunner final : private SlotHolder {
   // shortest time) when no wake-up is on its way already; the caller
   // notifies its cv after unlocking. Null when there is none to wake. With
   // none idle, starts one more executor if the slots allow (it is on its way
-  // as one woken is, and needs no notify).
-  ExecutorSeat* WakeExecutorLocked() REQUIRES(claim_loop_.mu());
+  // as one woken is, and needs no notify). Jobs that must go back to
+  // queued because it could not start are moved to `shed` (ReleaseShed).
+  ExecutorSeat* WakeExecutorLocked(std::vector<Claimed>& shed) REQUIRES(claim_loop_.mu());
   // Starts an executor thread and its seat, under the lock; null once
   // executors_stop_ is set, at executor_limit_, or when no thread can be
-  // started (logged; executor_limit_ becomes the executors there are).
-  ExecutorSeat* StartExecutorLocked() REQUIRES(claim_loop_.mu());
+  // started: then it is logged, executor_limit_ becomes the executors there
+  // are, and ShedExcessLocked.
+  ExecutorSeat* StartExecutorLocked(std::vector<Claimed>& shed) REQUIRES(claim_loop_.mu());
+  // Moves the jobs in ready_ beyond capacity() (busy_ counts them), the
+  // last claimed first, to `shed`, which the caller releases after
+  // unlocking (ReleaseShed): after an executor could not start, the jobs
+  // claimed for it go back to queued (no attempt spent), for this daemon's
+  // next claim or another daemon, rather than wait for a running job to
+  // end. busy_ also counts jobs whose finish is on its way: it may give
+  // back a job an executor would have taken soon, never hold too many.
+  // Without memory to list them, they stay and run as executors free.
+  void ShedExcessLocked(std::vector<Claimed>& shed) REQUIRES(claim_loop_.mu());
+  // At the start of a claim round, kExecutorRetry after an executor could
+  // not start: tries to start one, idle, with no job claimed for it. If it
+  // starts the queue has all its slots again (executor_start_recovered);
+  // if not, the next try is kExecutorRetry later.
+  void RetryExecutorsLocked(std::vector<Claimed>& shed) REQUIRES(claim_loop_.mu());
+  // Back to queued through the finisher, no attempt spent, each logged as
+  // `release` with `why`; not under the lock.
+  void ReleaseUnstarted(std::vector<Claimed>& jobs, std::string_view why) EXCLUDES(claim_loop_.mu());
+  void ReleaseShed(std::vector<Claimed>& shed) EXCLUDES(claim_loop_.mu());
   void RunExecutor(ExecutorSeat& seat);
   void ExecutorLoop(ExecutorSeat& seat);
   // When the claim loop stops: the jobs waiting for an executor beyond those
@@ -183,8 +204,12 @@ class QueueRunner final : private SlotHolder {
   // The executors started and their seats, one each (StartExecutorLocked).
   std::vector<std::thread> executors_ GUARDED_BY(claim_loop_.mu());
   std::vector<std::unique_ptr<ExecutorSeat>> seats_ GUARDED_BY(claim_loop_.mu());
-  // The most executors: the slots, or fewer once a thread could not start.
+  // The most executors: the slots, or fewer once a thread could not start,
+  // until executor_retry_at_ (RetryExecutorsLocked); and whether the last
+  // start failed (executor_start_failed is logged once until one starts).
   std::size_t executor_limit_ GUARDED_BY(claim_loop_.mu()) = 0;
+  ServiceClock::time_point executor_retry_at_ GUARDED_BY(claim_loop_.mu());
+  bool executor_start_failing_ GUARDED_BY(claim_loop_.mu()) = false;
   // Executors waiting for a job, the last to wait at the back, and the one
   // woken that has not taken the lock since (ExecutorLoop).
   std::vector<ExecutorSeat*> idle_ GUARDED_BY(claim_loop_.mu());

@@ -342,8 +342,12 @@ class PidsCgroup {
     std::string line;
     if (!std::getline(controllers, line) || line.find("pids") == std::string::npos) return;
     std::ofstream("/sys/fs/cgroup/cgroup.subtree_control") << "+pids";
-    if (fs::create_directory("/sys/fs/cgroup/" + name, ec) && fs::exists("/sys/fs/cgroup/" + name + "/pids.max")) {
-      path_ = "/sys/fs/cgroup/" + name;
+    const std::string dir = "/sys/fs/cgroup/" + name;
+    if (!fs::create_directory(dir, ec)) return;
+    if (fs::exists(dir + "/pids.max", ec)) {
+      path_ = dir;
+    } else {
+      rmdir(dir.c_str());  // made, but the pids controller is not enabled under the root
     }
   }
   ~PidsCgroup() {
@@ -369,7 +373,7 @@ int ThreadCount(pid_t pid) {
   return static_cast<int>(std::distance(std::filesystem::begin(tasks), std::filesystem::end(tasks)));
 }
 
-TEST_CASE("a queue that cannot start an executor runs its jobs on those it has and claims no more than they run",
+TEST_CASE("a queue that cannot start an executor runs its jobs on those it has, claims no more than they run, and tries again",
           "[daemon]") {
   PidsCgroup cgroup;
   if (cgroup.path().empty()) {
@@ -387,22 +391,54 @@ TEST_CASE("a queue that cannot start an executor runs its jobs on those it has a
   REQUIRE(WaitUntil([&] { return HttpGet(port, "/healthz").status == 200; }));
   // Room for two more threads.
   REQUIRE(cgroup.Confine(daemon->pid(), ThreadCount(daemon->pid()) + 2));
-  std::vector<std::int64_t> ids;
-  for (int i = 0; i < 12; ++i) ids.push_back(f.Enqueue("sleepy", R"({"ms": 300})"));
+  // Twelve jobs that one claim takes together (the queue paused while they
+  // are enqueued), claimed for twelve executors of which only three start.
+  f.conn.exec("INSERT INTO akadze.queue_pauses (queue) VALUES ('default')");
+  for (int i = 0; i < 12; ++i) f.Enqueue("sleepy", R"({"ms": 1000})");
+  f.conn.exec("DELETE FROM akadze.queue_pauses");
+  REQUIRE(daemon->WaitForLog("executor_start_failed queue=default executors=3 slots=12"));
+  INFO(daemon->Log());
+  CHECK(daemon->Log().find("claim queue=default jobs=12 ") != std::string::npos);
+  // The nine the missing executors would have run go back to queued at
+  // once (no attempt spent), not held here until a running job ends a
+  // second later.
+  CHECK(WaitUntil([&] { return test::JobsInState(f.conn, "running") <= 3; }, 700ms));
   // Every job runs, three at a time at most, none lost or failed.
   CHECK(WaitUntil([&] { return test::JobsInState(f.conn, "succeeded") == 12; }, 60s));
-  INFO(daemon->Log());
+  // No attempt spent; the nine were claimed a second time.
+  CHECK(f.conn.exec("SELECT max(attempt) FROM akadze.jobs").int64(0, 0) == 0);
+  CHECK(f.conn.exec("SELECT count(*) FROM akadze.jobs WHERE run_count = 2").int64(0, 0) == 9);
   CHECK(ExecutorThreads(daemon->pid(), "default") == 3);
-  CHECK(daemon->Log().find("executor_start_failed queue=default executors=3 slots=12") != std::string::npos);
-  // From then on a claim takes no more than the three executors run: the
-  // others stay queued for another daemon, not held here.
+  // While the limit holds, the queue takes no more than the three
+  // executors run: the others stay queued for another daemon, not held
+  // here, and its try for one more executor 10 s after the failure (which
+  // fails again: logged at debug) claims nothing.
   for (int i = 0; i < 6; ++i) f.Enqueue("sleepy", R"({"ms": 600000})");
-  REQUIRE(WaitUntil([&] { return test::JobsInState(f.conn, "running") == 3; }));
-  CHECK_FALSE(WaitUntil([&] { return test::JobsInState(f.conn, "running") > 3; }, 1s));
+  REQUIRE(WaitUntil([&] {
+    return test::JobsInState(f.conn, "running") == 3 && test::JobsInState(f.conn, "queued") == 3;
+  }));
+  REQUIRE(daemon->WaitForLog("level=debug event=executor_start_failed queue=default executors=3", 30s));
+  CHECK_FALSE(WaitUntil([&] { return test::JobsInState(f.conn, "running") > 3; }, 500ms));
   CHECK(test::JobsInState(f.conn, "queued") == 3);
+  CHECK(f.conn.exec("SELECT max(run_count) FROM akadze.jobs WHERE args->>'ms' = '600000'").int64(0, 0) == 1);
+  // Once the limit is raised, its next try starts an executor and it has
+  // all its slots again: the other three run.
+  cgroup.Limit(1000);
+  CHECK(WaitUntil([&] { return test::JobsInState(f.conn, "running") == 6; }, 30s));
+  CHECK(daemon->WaitForLog("executor_start_recovered queue=default executors=4 slots=12"));
+  CHECK(WaitUntil([&] { return ExecutorThreads(daemon->pid(), "default") == 6; }));
   daemon->Signal(SIGTERM);
   CHECK(daemon->Wait(30s) == 0);
   CHECK(test::JobsInState(f.conn, "queued") == 6);
+  // Logged as an error once, not at every try that failed.
+  const std::string log = daemon->Log();
+  std::size_t errors = 0;
+  for (auto at = log.find("executor_start_failed"); at != std::string::npos;
+       at = log.find("executor_start_failed", at + 1)) {
+    const auto line_start = log.rfind('\n', at);
+    errors += log.substr(line_start + 1, at - line_start).find("level=error") != std::string::npos;
+  }
+  CHECK(errors == 1);
 }
 
 // A daemon started under a limit on threads (systemd's TasksMax, a pids
