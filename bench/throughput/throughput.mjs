@@ -51,6 +51,11 @@
 //          --fillfactor N (akadze.jobs's fillfactor in akadzed's burn-downs;
 //          default: the table's, 100; 60 gained nothing at 100,000 or
 //          1,000,000 jobs, docs/benchmarks.md "seventh step")
+//          --perf on (each akadzed burn-down under `perf record -a` from the
+//          resume to the last finish: <out>/perf-<handler>-<daemons>.data,
+//          and the top symbols by thread name, the server's and the
+//          daemons', in <out>/perf-<handler>-<daemons>.txt; needs perf,
+//          run as root)
 import { spawn, execFileSync } from "node:child_process";
 import fs from "node:fs";
 import { createRequire } from "node:module";
@@ -82,6 +87,7 @@ const defaults = {
   only: "akadzed,latency,graphile,graphile-latency,pgboss,pgbench",
   "graphile-modes": "batched,default",
   fillfactor: 0,
+  perf: "off",
 };
 const opts = { ...defaults };
 for (let i = 2; i < process.argv.length; i += 2) {
@@ -361,6 +367,32 @@ function startDaemon(name, config) {
   return startChild([process.env.AKADZED_BIN, "run", "--config", file], {}, `akadzed (${name})`, null);
 }
 
+// `perf record -a` (all CPUs, 999 Hz, no call graphs) into <out>/<name>.data
+// until stop(), which writes the top symbols by thread name (the server's
+// backends, the daemons' threads) to <out>/<name>.txt.
+async function startPerf(name) {
+  const data = path.join(outDir, `${name}.data`);
+  const child = spawn("perf", ["record", "-a", "-F", "999", "-o", data], { stdio: ["ignore", "ignore", "pipe"] });
+  let err = "";
+  child.stderr.on("data", (d) => { err += d; });
+  const exited = new Promise((resolve) => child.on("exit", resolve));
+  // perf has no ready signal: its first samples come within a few ms.
+  await sleep(300);
+  if (child.exitCode !== null) throw new Error(`perf record failed: ${err.trim()}`);
+  return {
+    async stop() {
+      child.kill("SIGINT");
+      await exited;
+      // By thread name: the server's backends are "postgres", the daemon's
+      // threads carry their roles ("claim Q", "exec Q", "finisher", ...).
+      const text = execFileSync("perf", ["report", "-i", data, "--no-children", "--sort", "comm,dso,sym",
+        "--stdio", "--percent-limit", "0.3"], { maxBuffer: 64 << 20, stdio: ["ignore", "pipe", "ignore"] }).toString();
+      fs.writeFileSync(path.join(outDir, `${name}.txt`), text);
+      note(`perf: ${data}, top symbols in ${path.join(outDir, `${name}.txt`)}`);
+    },
+  };
+}
+
 // `handler`: "plugin", "shell", or "plugin-delete" (the plugin on a queue
 // with keep_succeeded: false, whose jobs are deleted as they succeed).
 async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
@@ -394,6 +426,7 @@ async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
                                     AND state = 'idle' AND query <> ''`);
       return r.rows[0].n === daemonCount;
     }, 10, 60000, `${daemonCount} akadzed daemons to listen`);
+    const perf = opts.perf === "on" ? await startPerf(`perf-${handlerName}-${daemonCount}`) : null;
     await db.query(`${TAG} WITH resumed AS (DELETE FROM akadze.queue_pauses WHERE queue = 'bench')
                      SELECT pg_notify('akadze_jobs', 'bench')`);
     // Jobs that are deleted as they succeed leave no started_at or
@@ -416,6 +449,7 @@ async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
       if (exited) throw new Error(`akadzed exited:\n${exited.output().slice(-2000)}`);
       return !left.rows[0].left;
     }, () => (keepSucceeded ? 100 : firstStart === null ? 5 : 25), burnDownTimeoutMs(N), `akadzed (${handlerName}) to finish ${N} jobs`);
+    if (perf) await perf.stop();
     const cpu = daemons.reduce((sum, d) => sum + cpuSeconds(d.child.pid), 0);
     const hwm = daemons.reduce((sum, d) => sum + vmHwmMb(d.child.pid), 0);
     for (const d of daemons) await stopChild(d);
