@@ -110,16 +110,20 @@ QueueRunner::ExecutorSeat* QueueRunner::StartExecutorLocked(std::vector<Claimed>
 
 void QueueRunner::ShedExcessLocked(std::vector<Claimed>& shed) {
   const int excess = busy_ - static_cast<int>(shed.size()) - capacity();
-  if (excess <= 0 || ready_.empty()) return;
-  const std::size_t n = std::min(static_cast<std::size_t>(excess), ready_.size());
+  if (excess > 0) TakeNewestReadyLocked(static_cast<std::size_t>(excess), shed);
+}
+
+void QueueRunner::TakeNewestReadyLocked(std::size_t n, std::vector<Claimed>& out) {
+  n = std::min(n, ready_.size());
+  if (n == 0) return;
   try {
-    shed.reserve(shed.size() + n);
+    out.reserve(out.size() + n);
   } catch (const std::bad_alloc&) {
     return;  // they stay in ready_ and run when executors free
   }
-  // The last claimed go first; moving does not throw once reserved.
+  // Moving does not throw once reserved.
   for (std::size_t k = 0; k < n; ++k) {
-    shed.push_back(std::move(ready_.back()));
+    out.push_back(std::move(ready_.back()));
     ready_.pop_back();
   }
 }
@@ -422,16 +426,12 @@ void QueueRunner::ReleaseWaitingJobs() {
     // each now; the jobs beyond them would wait for a running job to end.
     const std::size_t takers = idle_.size() + (waking_ != nullptr ? 1 : 0) +
                                (executors_stop_ ? 0 : executor_limit_ - std::min(executor_limit_, seats_.size()));
-    while (ready_.size() > takers) {
-      waiting.push_back(std::move(ready_.back()));
-      ready_.pop_back();
-    }
+    if (ready_.size() > takers) TakeNewestReadyLocked(ready_.size() - takers, waiting);
   }
   ReleaseUnstarted(waiting, "prefetched, not started, and the daemon is stopping");
 }
 
 void QueueRunner::ReleaseShed(std::vector<Claimed>& shed) {
-  if (shed.empty()) return;
   ReleaseUnstarted(shed, "claimed for an executor that could not start; not started");
 }
 

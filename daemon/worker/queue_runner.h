@@ -150,8 +150,10 @@ class QueueRunner final : private SlotHolder {
   // next claim or another daemon, rather than wait for a running job to
   // end. busy_ also counts jobs whose finish is on its way: it may give
   // back a job an executor would have taken soon, never hold too many.
-  // Without memory to list them, they stay and run as executors free.
   void ShedExcessLocked(std::vector<Claimed>& shed) REQUIRES(claim_loop_.mu());
+  // Moves the `n` jobs last claimed in ready_ (all, when fewer) to `out`:
+  // all of them or, without memory to list them, none.
+  void TakeNewestReadyLocked(std::size_t n, std::vector<Claimed>& out) REQUIRES(claim_loop_.mu());
   // At the start of a claim round, kExecutorRetry after an executor could
   // not start: tries to start one, idle, with no job claimed for it. If it
   // starts the queue has all its slots again (executor_start_recovered);
