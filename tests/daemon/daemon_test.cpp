@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -459,11 +460,19 @@ TEST_CASE("a daemon that cannot start its threads exits 1 with one start_failed 
   const std::string config = f.Config("  sleepy:\n    plugin: {path: libsleepy_plugin.so}\n", kFastWorker, 4);
   for (int i = 0; i < 40; ++i) f.Enqueue("sleepy", R"({"ms": 20})");
   std::set<std::string> failed_at;
+  // Under AddressSanitizer (.ci/run) the leak check at exit runs in a task
+  // of its own, which a daemon at its limit cannot start: LeakSanitizer
+  // ends with a "fatal error" report instead of a check. The daemons cut
+  // short by the limit exit without it; the one with room below keeps it.
+  EnvChanges confined_env;
+  if (const char* asan = std::getenv("ASAN_OPTIONS"); asan != nullptr) {
+    confined_env.emplace("ASAN_OPTIONS", std::string(asan) + ":detect_leaks=0");
+  }
   int limit = 1;
   for (;; ++limit) {
     REQUIRE(limit <= 40);
     cgroup.Limit(limit);
-    auto daemon = f.Start(config, {}, cgroup.procs());
+    auto daemon = f.Start(config, confined_env, cgroup.procs());
     REQUIRE(WaitUntil([&] { return !daemon->running() || daemon->Log().find("started worker=") != std::string::npos; }));
     const std::string log = daemon->Log();
     INFO("pids.max " << limit << ":\n" << log);
