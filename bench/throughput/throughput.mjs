@@ -26,6 +26,11 @@
 //    handler running /bin/true as many times at the same parallelism with
 //    no database, right after the shell burn-down.
 //
+// Every burn-down's row also says how many of the machine's cores it kept
+// busy (client and server CPU over its time) and the pace its CPU per job
+// allows on all of them (the CPU ceiling): near it, CPU per job bounds the
+// burn-down; far below it, something it waits for does.
+//
 // It prints one table with the ratios and writes results.md, results.json,
 // details.txt (top statements, settings) and throughput.dat (for
 // throughput.gp) to $AKADZED_BENCH_OUT.
@@ -715,6 +720,12 @@ function burnDownRows(r) {
 
 const fmt = (v, digits = 0) => (v === undefined || Number.isNaN(v) ? "-" : Number(v).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }));
 const ratio = (a, b) => (a && b ? `${(a / b).toFixed(2)}x` : "-");
+// Of the machine's cores, how many a burn-down kept busy (its client's and
+// the server's CPU over its time), and the pace its CPU per job allows on
+// all of them: a burn-down near that ceiling is bound by CPU per job, one
+// far below it by something it waits for.
+const coresBusy = (x) => (x.cpu_s !== undefined && x.server_cpu_s !== undefined ? (x.cpu_s + x.server_cpu_s) / x.seconds : NaN);
+const cpuCeiling = (x) => (x.cpu_s !== undefined && x.server_cpu_s !== undefined ? (os.cpus().length * x.jobs) / (x.cpu_s + x.server_cpu_s) : NaN);
 
 function report(r) {
   const lines = [];
@@ -723,20 +734,20 @@ function report(r) {
   const plugin = r.akadzed_plugin?.jobs_per_s;
   lines.push(`End-to-end throughput, ${N.toLocaleString("en-US")} jobs (${new Date().toISOString()}, ${os.cpus().length} cores)`);
   lines.push("");
-  lines.push("| burn-down | jobs/s | seconds | akadzed plugin / this | client CPU s | server CPU s | peak RSS MB | statements/job | commits/job | load (1/5/15 min) |");
-  lines.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+  lines.push(`| burn-down | jobs/s | seconds | akadzed plugin / this | client CPU s | server CPU s | cores busy (of ${os.cpus().length}) | CPU ceiling jobs/s | peak RSS MB | statements/job | commits/job | load (1/5/15 min) |`);
+  lines.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
   for (const { key, label: name, x } of burnDownRows(r)) {
     const jobs = x.jobs === N ? "" : ` (${x.jobs.toLocaleString("en-US")} jobs)`;
     const label = x.daemons > 1 ? `${name}, ${x.daemons} daemons` : name;
-    lines.push(`| ${label}${jobs} | ${fmt(x.jobs_per_s)} | ${fmt(x.seconds, 2)} | ${ratio(plugin, x.jobs_per_s)} | ${fmt(x.cpu_s, 2)} | ${fmt(x.server_cpu_s, 2)} | ${fmt(x.vm_hwm_mb, 1)} | ${fmt(x.statements_per_job, 3)} | ${fmt(x.commits_per_job, 3)} | ${x.load} |`);
+    lines.push(`| ${label}${jobs} | ${fmt(x.jobs_per_s)} | ${fmt(x.seconds, 2)} | ${ratio(plugin, x.jobs_per_s)} | ${fmt(x.cpu_s, 2)} | ${fmt(x.server_cpu_s, 2)} | ${fmt(coresBusy(x), 2)} | ${fmt(cpuCeiling(x))} | ${fmt(x.vm_hwm_mb, 1)} | ${fmt(x.statements_per_job, 3)} | ${fmt(x.commits_per_job, 3)} | ${x.load} |`);
   }
   if (ceiling) {
     const best = r.pgbench.reduce((a, b) => (b.tps > a.tps ? b : a));
-    lines.push(`| ceiling: pgbench 1-row UPDATE ... RETURNING, 1 commit each (best of ${r.pgbench.map((p) => p.clients).join("/")} clients: ${best.clients}) | ${fmt(ceiling)} | - | ${ratio(plugin, ceiling)} | - | - | - | 1 | 1 | ${best.load} |`);
+    lines.push(`| ceiling: pgbench 1-row UPDATE ... RETURNING, 1 commit each (best of ${r.pgbench.map((p) => p.clients).join("/")} clients: ${best.clients}) | ${fmt(ceiling)} | - | ${ratio(plugin, ceiling)} | - | - | - | - | - | 1 | 1 | ${best.load} |`);
   }
   if (r.spawn_ceiling) {
     const c = r.spawn_ceiling;
-    lines.push(`| ceiling of the shell row: bench/spawn_ceiling, the shell handler on /bin/true at parallel ${c.parallel}, no database (${c.jobs.toLocaleString("en-US")} jobs) | ${fmt(c.jobs_per_s)} | ${fmt(c.seconds, 2)} | ${ratio(plugin, c.jobs_per_s)} | ${fmt(c.cpu_us_per_job * c.jobs / 1e6, 2)} | - | - | 0 | 0 | ${c.load} |`);
+    lines.push(`| ceiling of the shell row: bench/spawn_ceiling, the shell handler on /bin/true at parallel ${c.parallel}, no database (${c.jobs.toLocaleString("en-US")} jobs) | ${fmt(c.jobs_per_s)} | ${fmt(c.seconds, 2)} | ${ratio(plugin, c.jobs_per_s)} | ${fmt(c.cpu_us_per_job * c.jobs / 1e6, 2)} | - | - | - | - | 0 | 0 | ${c.load} |`);
   }
   lines.push("");
   if (r.latency?.length) {
@@ -770,7 +781,7 @@ function report(r) {
   for (const { key, label } of BURN_DOWNS.filter((b) => b.key.startsWith("akadzed_"))) {
     const first = r[key];
     for (const { x } of burnDownRows(r).filter((row) => row.key.startsWith(`${key}_x`))) {
-      lines.push(`- ${x.daemons} daemons at least as fast as ${first.daemons}, ${label}: ${fmt(x.jobs_per_s)} vs ${fmt(first.jobs_per_s)} jobs/s (${ratio(x.jobs_per_s, first.jobs_per_s)}), daemon CPU ${fmt(x.cpu_s, 2)} vs ${fmt(first.cpu_s, 2)} s, server CPU ${fmt(x.server_cpu_s, 2)} vs ${fmt(first.server_cpu_s, 2)} s: ${x.jobs_per_s >= first.jobs_per_s ? "met" : "MISSED"}`);
+      lines.push(`- ${x.daemons} daemons at least as fast as ${first.daemons}, ${label}: ${fmt(x.jobs_per_s)} vs ${fmt(first.jobs_per_s)} jobs/s (${ratio(x.jobs_per_s, first.jobs_per_s)}), daemon CPU ${fmt(x.cpu_s, 2)} vs ${fmt(first.cpu_s, 2)} s, server CPU ${fmt(x.server_cpu_s, 2)} vs ${fmt(first.server_cpu_s, 2)} s, cores busy ${fmt(coresBusy(x), 2)} vs ${fmt(coresBusy(first), 2)}, CPU ceiling ${fmt(cpuCeiling(x))} vs ${fmt(cpuCeiling(first))} jobs/s: ${x.jobs_per_s >= first.jobs_per_s ? "met" : "MISSED"}`);
     }
   }
   if (r.akadzed_shell && r.spawn_ceiling) {
