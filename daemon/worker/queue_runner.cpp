@@ -56,7 +56,10 @@ QueueRunner::~QueueRunner() {
 void QueueRunner::Start() {
   {
     MutexLock lock(claim_loop_.mu());
-    // No allocation under the lock later.
+    // Reserved for every slot, so that starting an executor under the lock
+    // (StartExecutorLocked) cannot fail half-way: the seat and the thread
+    // are its only allocations, and a failure of either leaves these as
+    // they were.
     idle_.reserve(static_cast<std::size_t>(queue_.slots));
     seats_.reserve(static_cast<std::size_t>(queue_.slots));
     executors_.reserve(static_cast<std::size_t>(queue_.slots));
