@@ -121,18 +121,29 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
       "   CASE WHEN j.run_at <= now() THEN 0::float8 WHEN isfinite(j.run_at)"
       "     THEN extract(epoch FROM j.run_at - now())::float8 ELSE 'Infinity'::float8 END",
       kNewState, AppendErrorSql("j.errors", "f.error", "f.message"));
-  static const std::string kDeletingSql =
-      "WITH d AS (DELETE FROM akadze.jobs AS j"
-      "   USING unnest($10::bigint[], $11::bigint[]) AS g(id, run_count)"
-      "   WHERE j.id = g.id AND j.run_count = g.run_count AND j.worker_id = $1::uuid"
-      "     AND j.state = 'running'"
-      "   RETURNING j.id, 'succeeded'::text AS state, j.attempt, 0::float8),"
-      " u AS (" + kUpdate + ")"
-      " SELECT * FROM d UNION ALL SELECT * FROM u";
+  // The DELETE of the requests whose jobs go: the worker id, the ids and
+  // the run counts are the parameters named {0}, {1} and {2}.
+  static const std::string kDelete =
+      "DELETE FROM akadze.jobs AS j"
+      " USING unnest({1}::bigint[], {2}::bigint[]) AS g(id, run_count)"
+      " WHERE j.id = g.id AND j.run_count = g.run_count AND j.worker_id = {0}::uuid"
+      "   AND j.state = 'running'"
+      " RETURNING j.id, 'succeeded'::text AS state, j.attempt, 0::float8";
+  static const std::string kDeletingSql = "WITH d AS (" + fmt::format(fmt::runtime(kDelete), "$1", "$10", "$11") + "),"
+                                          " u AS (" + kUpdate + ")"
+                                          " SELECT * FROM d UNION ALL SELECT * FROM u";
+  // A batch that only deletes (a queue that keeps no succeeded job, all of
+  // whose jobs succeeded: the common batch there) runs the DELETE alone,
+  // whose planning costs a fraction of the UPDATE's beside it.
+  static const std::string kDeleteOnlySql = fmt::format(fmt::runtime(kDelete), "$1", "$2", "$3");
+  const bool delete_only = delete_in_statement && ids.empty();
   pg::Params params;
-  params.add(worker_id).add_array(ids).add_array(run_counts).add_array(kinds);
-  params.add_array(delays).add_array(outputs).add_array(errors).add_array(messages);
-  params.add_array(meta_patches);
+  params.add(worker_id);
+  if (!delete_only) {
+    params.add_array(ids).add_array(run_counts).add_array(kinds);
+    params.add_array(delays).add_array(outputs).add_array(errors).add_array(messages);
+    params.add_array(meta_patches);
+  }
   if (delete_in_statement) params.add_array(deleted_ids).add_array(deleted_run_counts);
   // With hooks the update and the hooks share a transaction; without, the
   // one statement is its own.
@@ -141,7 +152,7 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // Planned for each batch unless the worker runs few jobs: the generic plan
   // of a prepared statement walks all of the worker's running jobs (the
   // header, FinishPlan).
-  const std::string& sql = delete_in_statement ? kDeletingSql : kUpdate;
+  const std::string& sql = delete_only ? kDeleteOnlySql : delete_in_statement ? kDeletingSql : kUpdate;
   pg::Result rows = plan == FinishPlan::kPrepared ? conn.exec(sql, params) : conn.exec_replanned(sql, params);
   std::unordered_map<std::int64_t, int> row_of;
   for (int i = 0; i < rows.rows(); ++i) row_of[rows.int64(i, 0)] = i;

@@ -262,6 +262,46 @@ TEST_CASE("a request that keeps no succeeded job deletes it if it succeeds, fenc
   }
 }
 
+TEST_CASE("a batch that only deletes runs the DELETE alone, fenced the same", "[finish][keep_succeeded]") {
+  Db db;
+  // Planned per batch, and prepared past PostgreSQL's five custom plans.
+  for (const FinishPlan plan : {FinishPlan::kPerBatch, FinishPlan::kPrepared}) {
+    for (int round = 0; round < (plan == FinishPlan::kPrepared ? 7 : 1); ++round) {
+      const auto gone = db.RunningJob(), also_gone = db.RunningJob(), stale = db.RunningJob(),
+                 others = db.RunningJob(), ended = db.RunningJob();
+      db.conn.exec("UPDATE akadze.jobs SET worker_id = gen_random_uuid() WHERE id = $1", pg::Params().add(others));
+      db.conn.exec("UPDATE akadze.jobs SET state = 'failed' WHERE id = $1", pg::Params().add(ended));
+      const JobOutcome success = Outcome(OutcomeKind::kSuccess);
+      const std::vector<FinishRequest> batch = {{gone, 1, success, false},
+                                                {stale, 2, success, false},
+                                                {also_gone, 1, success, false},
+                                                {others, 1, success, false},
+                                                {ended, 1, success, false}};
+      auto results = FinishJobs(db.conn, db.worker, batch, nullptr, plan);
+      REQUIRE(results.size() == 5);
+      for (std::size_t k = 0; k < batch.size(); ++k) CHECK(results[k].job_id == batch[k].job_id);
+      CHECK(results[0].applied);
+      CHECK(results[0].state == JobState::kSucceeded);
+      CHECK(results[2].applied);
+      CHECK(results[2].state == JobState::kSucceeded);
+      CHECK_FALSE(results[1].applied);
+      CHECK_FALSE(results[3].applied);
+      CHECK_FALSE(results[4].applied);
+      CHECK(test::Count(db.conn, "SELECT count(*) FROM akadze.jobs WHERE id IN (" + std::to_string(gone) + ", " +
+                                     std::to_string(also_gone) + ")") == 0);
+      CHECK(db.Row(stale)["state"] == "running");
+      CHECK(db.Row(others)["state"] == "running");
+      CHECK(db.Row(ended)["state"] == "failed");
+    }
+  }
+  if (db.conn.pooled()) return;
+  // The prepared one is the DELETE alone: no UPDATE planned beside it.
+  pg::Result alone = db.conn.exec(
+      "SELECT count(*) FROM pg_prepared_statements"
+      " WHERE statement LIKE 'DELETE FROM akadze.jobs AS j%' AND statement NOT LIKE '%UPDATE%'");
+  CHECK(alone.int64(0, 0) == 1);
+}
+
 TEST_CASE("a result jsonb refuses fails the statement as an SqlError", "[finish]") {
   Db db;
   auto id = db.RunningJob();
