@@ -382,9 +382,8 @@ TEST_CASE("a queue that cannot start an executor runs its jobs on those it has, 
     return;
   }
   DaemonFixture f;
-  // Paused from before the daemon starts: a claim round already past its
-  // pause check while the jobs below are enqueued would take some of them
-  // alone (seen under TSan: a claim of 8, then one of 4).
+  // Paused from before the daemon starts, so that its claims wait for the
+  // twelve jobs below.
   f.conn.exec("INSERT INTO akadze.queue_pauses (queue) VALUES ('default')");
   auto daemon = f.Start(f.Config("  sleepy:\n    plugin: {path: libsleepy_plugin.so}\n", kFastWorker, 12));
   REQUIRE(daemon->WaitForLog("started worker="));
@@ -396,9 +395,15 @@ TEST_CASE("a queue that cannot start an executor runs its jobs on those it has, 
   REQUIRE(WaitUntil([&] { return HttpGet(port, "/healthz").status == 200; }));
   // Room for two more threads.
   REQUIRE(cgroup.Confine(daemon->pid(), ThreadCount(daemon->pid()) + 2));
-  // Twelve jobs that one claim takes together (the queue paused while they
-  // are enqueued), claimed for twelve executors of which only three start.
-  for (int i = 0; i < 12; ++i) f.Enqueue("sleepy", R"({"ms": 1000})");
+  // Twelve jobs that one claim takes together, claimed for twelve
+  // executors of which only three start. Enqueued in one statement, ready
+  // since a minute ago: a claim counts as ready the jobs whose run_at is at
+  // most its transaction's start, so jobs enqueued one by one, ready at
+  // their INSERT, were split between claims whenever a claim's backend was
+  // held up between its BEGIN and its read while they were inserted (seen
+  // in CI: a claim of 3, then one of 9; under TSan 8, then 4).
+  f.conn.exec("INSERT INTO akadze.jobs (task, args, run_at)"
+              " SELECT 'sleepy', '{\"ms\": 1000}', now() - interval '1 minute' FROM generate_series(1, 12)");
   f.conn.exec("DELETE FROM akadze.queue_pauses");
   REQUIRE(daemon->WaitForLog("executor_start_failed queue=default executors=3 slots=12"));
   INFO(daemon->Log());
