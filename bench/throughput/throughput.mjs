@@ -29,7 +29,9 @@
 // Every burn-down's row also says how many of the machine's cores it kept
 // busy (client and server CPU over its time) and the pace its CPU per job
 // allows on all of them (the CPU ceiling): near it, CPU per job bounds the
-// burn-down; far below it, something it waits for does.
+// burn-down; far below it, something it waits for does. The CPU includes
+// the daemons' (or workers') start and the driver's polls, which the
+// seconds do not: busy cores read a few per cent high.
 //
 // It prints one table with the ratios and writes results.md, results.json,
 // details.txt (top statements, settings) and throughput.dat (for

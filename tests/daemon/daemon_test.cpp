@@ -467,8 +467,9 @@ TEST_CASE("a daemon that cannot start its threads exits 1 with one start_failed 
   std::set<std::string> failed_at;
   // Under AddressSanitizer (.ci/run) the leak check at exit runs in a task
   // of its own, which a daemon at its limit cannot start: LeakSanitizer
-  // ends with a "fatal error" report instead of a check. The daemons cut
-  // short by the limit exit without it; the one with room below keeps it.
+  // ends with a "fatal error" report instead of a check. The daemons
+  // started under the limit run without it; the one with room below keeps
+  // it.
   EnvChanges confined_env;
   if (const char* asan = std::getenv("ASAN_OPTIONS"); asan != nullptr) {
     confined_env.emplace("ASAN_OPTIONS", std::string(asan) + ":detect_leaks=0");
