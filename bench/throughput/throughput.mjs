@@ -726,8 +726,10 @@ const ratio = (a, b) => (a && b ? `${(a / b).toFixed(2)}x` : "-");
 // the server's CPU over its time), and the pace its CPU per job allows on
 // all of them: a burn-down near that ceiling is bound by CPU per job, one
 // far below it by something it waits for.
-const coresBusy = (x) => (x.cpu_s !== undefined && x.server_cpu_s !== undefined ? (x.cpu_s + x.server_cpu_s) / x.seconds : NaN);
-const cpuCeiling = (x) => (x.cpu_s !== undefined && x.server_cpu_s !== undefined ? (os.cpus().length * x.jobs) / (x.cpu_s + x.server_cpu_s) : NaN);
+// A row without either CPU figure gives NaN (undefined + a number), which
+// fmt prints as "-".
+const coresBusy = (x) => (x.cpu_s + x.server_cpu_s) / x.seconds;
+const cpuCeiling = (x) => (os.cpus().length * x.jobs) / (x.cpu_s + x.server_cpu_s);
 
 function report(r) {
   const lines = [];
