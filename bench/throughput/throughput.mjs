@@ -33,6 +33,10 @@
 // the daemons' (or workers') start and the driver's polls, which the
 // seconds do not: busy cores read a few per cent high.
 //
+// Every timed run starts right after a CHECKPOINT, on a server whose
+// max_wal_size no run reaches: no checkpoint's writes land in one run and
+// not in another (a run during which one started says so in a warning).
+//
 // It prints one table with the ratios and writes results.md, results.json,
 // details.txt (top statements, settings) and throughput.dat (for
 // throughput.gp) to $AKADZED_BENCH_OUT.
@@ -252,6 +256,12 @@ async function serverCounters(admin, database) {
   return { commits: Number(commits.rows[0].commits), rollbacks: Number(commits.rows[0].rollbacks), calls: Number(statements.rows[0].calls) };
 }
 
+// Checkpoints started so far, timed or requested (pg_stat_bgwriter).
+async function checkpointCount(admin) {
+  const r = await admin.query(`${TAG} SELECT (checkpoints_timed + checkpoints_req)::int8 AS n FROM pg_stat_bgwriter`);
+  return Number(r.rows[0].n);
+}
+
 async function claimIndexCounters(db) {
   const r = await db.query(`${TAG} SELECT i.idx_tup_read::int8 AS read, i.idx_tup_fetch::int8 AS fetched,
                                      (t.heap_blks_read + t.idx_blks_read)::int8 AS blks_read,
@@ -290,8 +300,15 @@ async function topStatements(admin, database, limit = 8) {
 // to a live row; the rest are entries of rows no longer queued that the scans
 // walked because they could not be killed yet.
 async function withServerCounters(admin, database, body, db = null) {
+  // The dirty pages of the setup (and of earlier runs) are written now, not
+  // by a checkpoint that lands in the timed window of whichever run it falls
+  // in (the server runs with a max_wal_size no run reaches, so none starts
+  // there on its own): its CPU counted as that run's and its writes taking
+  // a core from it.
+  await admin.query(`${TAG} CHECKPOINT`);
   await admin.query(`${TAG} SELECT pg_stat_statements_reset()`);
   await sleep(1100);  // pending statistics of earlier runs are flushed
+  const checkpointsBefore = await checkpointCount(admin);
   const before = await serverCounters(admin, database);
   const indexBefore = db ? await claimIndexCounters(db) : null;
   const cpuBefore = serverCpuSeconds();
@@ -311,6 +328,8 @@ async function withServerCounters(admin, database, body, db = null) {
   result.statements_per_job = (after.calls - before.calls) / jobs;
   result.commits_per_job = (after.commits - before.commits - (result.driver_queries ?? 0)) / jobs;
   result.rollbacks = after.rollbacks - before.rollbacks;
+  result.checkpoints = (await checkpointCount(admin)) - checkpointsBefore;
+  if (result.checkpoints > 0) note(`  warning: ${result.checkpoints} checkpoint(s) started while this ran: its server CPU and pace include them`);
   result.top = await topStatements(admin, database);
   return result;
 }
