@@ -34,8 +34,10 @@
 // seconds do not: busy cores read a few per cent high.
 //
 // Every timed run starts right after a CHECKPOINT, on a server whose
-// max_wal_size no run reaches: no checkpoint's writes land in one run and
-// not in another (a run during which one started says so in a warning).
+// max_wal_size no run reaches, and ends with a VACUUM of the tables it
+// wrote: no checkpoint's writes, nor an autovacuum of an earlier run's
+// dead rows, land in one run and not in another (a run during which a
+// checkpoint started or an autovacuum ran says so in a warning).
 //
 // It prints one table with the ratios and writes results.md, results.json,
 // details.txt (top statements, settings) and throughput.dat (for
@@ -299,7 +301,12 @@ async function topStatements(admin, database, limit = 8) {
 // (akadze.jobs_claim_idx) returned to scans and how many of those entries led
 // to a live row; the rest are entries of rows no longer queued that the scans
 // walked because they could not be killed yet.
-async function withServerCounters(admin, database, body, db = null) {
+// `tables`: the tables the run writes (in `database`). They are vacuumed
+// once the counters are read, so that no autovacuum of what this run left
+// starts inside a later run (its CPU counted as that run's, its work taking
+// a core from it). An autovacuum seen while this run ran (sampled every
+// 100 ms) is printed as a warning under its line.
+async function withServerCounters(admin, database, body, db = null, tables = []) {
   // The dirty pages of the setup (and of earlier runs) are written now, not
   // by a checkpoint that lands in the timed window of whichever run it falls
   // in (the server runs with a max_wal_size no run reaches, so none starts
@@ -312,7 +319,21 @@ async function withServerCounters(admin, database, body, db = null) {
   const before = await serverCounters(admin, database);
   const indexBefore = db ? await claimIndexCounters(db) : null;
   const cpuBefore = serverCpuSeconds();
-  const result = await body();
+  const autovacuums = new Set();
+  let sampling = Promise.resolve();
+  const sampler = setInterval(() => {
+    sampling = sampling.then(async () => {
+      const r = await admin.query(`${TAG} SELECT datname, query FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'`);
+      for (const row of r.rows) if (row.query) autovacuums.add(`${row.datname}: ${row.query}`);
+    }).catch(() => {});
+  }, 100);
+  let result;
+  try {
+    result = await body();
+  } finally {
+    clearInterval(sampler);
+    await sampling;
+  }
   const serverCpu = serverCpuSeconds() - cpuBefore;
   await sleep(1100);
   const after = await serverCounters(admin, database);
@@ -330,6 +351,13 @@ async function withServerCounters(admin, database, body, db = null) {
   result.rollbacks = after.rollbacks - before.rollbacks;
   result.checkpoints = (await checkpointCount(admin)) - checkpointsBefore;
   if (result.checkpoints > 0) note(`  warning: ${result.checkpoints} checkpoint(s) started while this ran: its server CPU and pace include them`);
+  result.autovacuums = [...autovacuums];
+  if (autovacuums.size > 0) note(`  warning: autovacuum ran while this ran (its server CPU and pace include it): ${result.autovacuums.join("; ")}`);
+  if (tables.length > 0) {
+    const own = await connect(database);
+    await own.query(`${TAG} VACUUM ${tables.join(", ")}`);
+    await own.end();
+  }
   result.top = await topStatements(admin, database);
   return result;
 }
@@ -490,7 +518,7 @@ async function akadzedBurnDown(admin, db, handlerName, daemonCount) {
              driver_queries: 2 * polls + 2, slots, prefetch, daemons: daemonCount,
              snapshot_age_p50: snapshotAges[Math.floor(snapshotAges.length / 2)] ?? 0,
              snapshot_age_max: snapshotAges[snapshotAges.length - 1] ?? 0 };
-  }, db);
+  }, db, ["akadze.jobs"]);
   result.load = loadAvg;
   return result;
 }
@@ -621,7 +649,7 @@ async function graphileBurnDown(admin, mode, processes) {
     const seconds = (end - first) / 1000;
     return { jobs: N, seconds, jobs_per_s: N / seconds, cpu_s: stopped.cpu_s, vm_hwm_mb: stopped.vm_hwm_mb,
              driver_queries: polls };
-  });
+  }, null, ["graphile_worker._private_jobs"]);
   await db.end();
   result.load = loadAvg;
   result.processes = processes;
@@ -684,7 +712,7 @@ async function pgbossBurnDown(admin) {
     if (Number(row.n) !== N) throw new Error(`pg-boss: ${row.n} of ${N} jobs completed`);
     return { jobs: N, seconds: row.seconds, jobs_per_s: N / row.seconds, cpu_s: stopped.cpu_s,
              vm_hwm_mb: stopped.vm_hwm_mb, driver_queries: polls + 1 };
-  });
+  }, null, ["pgboss.job"]);
   await db.end();
   result.load = loadAvg;
   return result;
@@ -870,7 +898,7 @@ async function main() {
         const r = { system: "akadzed", ...(await withServerCounters(admin, AKADZED_DB, async () => {
           const measured = await akadzedLatency(db, { rate, listen });
           return { ...measured, jobs: measured.count };
-        })) };
+        }, null, ["akadze.jobs"])) };
         results.latency.push(r);
         note(`akadzed latency ${rate}/s ${listen ? "listen" : "poll"}: p50 ${fmt(r.p50, 2)} p95 ${fmt(r.p95, 2)} p99 ${fmt(r.p99, 2)} max ${fmt(r.max, 2)} ms, ${r.count} jobs, daemon CPU ${fmt(r.cpu_s, 2)} s, ${fmt(r.statements_per_job, 2)} statements/job (load ${r.load})`);
         printTop(`akadzed latency ${rate}/s ${listen ? "listen" : "poll"}`, r.top);
