@@ -33,11 +33,13 @@
 // the daemons' (or workers') start and the driver's polls, which the
 // seconds do not: busy cores read a few per cent high.
 //
-// Every timed run starts right after a CHECKPOINT, on a server whose
-// max_wal_size no run reaches, and ends with a VACUUM of the tables it
-// wrote: no checkpoint's writes, nor an autovacuum of an earlier run's
-// dead rows, land in one run and not in another (a run during which a
-// checkpoint started or an autovacuum ran says so in a warning).
+// Every burn-down and every akadzed latency run starts right after a
+// CHECKPOINT, on a server whose max_wal_size no run reaches, and ends with
+// a VACUUM (ANALYZE) of the tables it wrote: no checkpoint's writes, nor an
+// autovacuum of an earlier run's dead rows, land in one run and not in
+// another (a run during which a checkpoint started or an autovacuum ran
+// says so in a warning under its line). Graphile Worker's latency run,
+// pgbench and the spawn ceiling are not timed that way.
 //
 // It prints one table with the ratios and writes results.md, results.json,
 // details.txt (top statements, settings) and throughput.dat (for
@@ -258,9 +260,13 @@ async function serverCounters(admin, database) {
   return { commits: Number(commits.rows[0].commits), rollbacks: Number(commits.rows[0].rollbacks), calls: Number(statements.rows[0].calls) };
 }
 
-// Checkpoints started so far, timed or requested (pg_stat_bgwriter).
+// Checkpoints started so far, timed or requested (pg_stat_bgwriter; from
+// PostgreSQL 17 pg_stat_checkpointer).
 async function checkpointCount(admin) {
-  const r = await admin.query(`${TAG} SELECT (checkpoints_timed + checkpoints_req)::int8 AS n FROM pg_stat_bgwriter`);
+  const v17 = (await admin.query(`${TAG} SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL AS v`)).rows[0].v;
+  const r = await admin.query(v17
+    ? `${TAG} SELECT (num_timed + num_requested)::int8 AS n FROM pg_stat_checkpointer`
+    : `${TAG} SELECT (checkpoints_timed + checkpoints_req)::int8 AS n FROM pg_stat_bgwriter`);
   return Number(r.rows[0].n);
 }
 
@@ -302,10 +308,12 @@ async function topStatements(admin, database, limit = 8) {
 // to a live row; the rest are entries of rows no longer queued that the scans
 // walked because they could not be killed yet.
 // `tables`: the tables the run writes (in `database`). They are vacuumed
-// once the counters are read, so that no autovacuum of what this run left
-// starts inside a later run (its CPU counted as that run's, its work taking
-// a core from it). An autovacuum seen while this run ran (sampled every
-// 100 ms) is printed as a warning under its line.
+// and analyzed once the counters are read, so that no autovacuum or
+// autoanalyze of what this run left starts inside a later run (its CPU
+// counted as that run's, its work taking a core from it).
+// result.warnings (printed under the run's line by printWarnings): a
+// checkpoint started while it ran, or an autovacuum worker seen (sampled
+// every 100 ms: one shorter than that may go unseen, and costs less).
 async function withServerCounters(admin, database, body, db = null, tables = []) {
   // The dirty pages of the setup (and of earlier runs) are written now, not
   // by a checkpoint that lands in the timed window of whichever run it falls
@@ -320,12 +328,13 @@ async function withServerCounters(admin, database, body, db = null, tables = [])
   const indexBefore = db ? await claimIndexCounters(db) : null;
   const cpuBefore = serverCpuSeconds();
   const autovacuums = new Set();
+  let samplerErrors = 0;
   let sampling = Promise.resolve();
   const sampler = setInterval(() => {
     sampling = sampling.then(async () => {
       const r = await admin.query(`${TAG} SELECT datname, query FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'`);
       for (const row of r.rows) if (row.query) autovacuums.add(`${row.datname}: ${row.query}`);
-    }).catch(() => {});
+    }).catch(() => { samplerErrors += 1; });
   }, 100);
   let result;
   try {
@@ -350,16 +359,25 @@ async function withServerCounters(admin, database, body, db = null, tables = [])
   result.commits_per_job = (after.commits - before.commits - (result.driver_queries ?? 0)) / jobs;
   result.rollbacks = after.rollbacks - before.rollbacks;
   result.checkpoints = (await checkpointCount(admin)) - checkpointsBefore;
-  if (result.checkpoints > 0) note(`  warning: ${result.checkpoints} checkpoint(s) started while this ran: its server CPU and pace include them`);
   result.autovacuums = [...autovacuums];
-  if (autovacuums.size > 0) note(`  warning: autovacuum ran while this ran (its server CPU and pace include it): ${result.autovacuums.join("; ")}`);
+  result.warnings = [];
+  if (result.checkpoints > 0) result.warnings.push(`${result.checkpoints} checkpoint(s) started while this ran: its server CPU and pace include them`);
+  if (autovacuums.size > 0) result.warnings.push(`autovacuum ran while this ran (its server CPU and pace include it): ${result.autovacuums.join("; ")}`);
+  if (samplerErrors > 0) result.warnings.push(`${samplerErrors} of the autovacuum samples failed: an autovacuum may have gone unseen`);
   if (tables.length > 0) {
     const own = await connect(database);
-    await own.query(`${TAG} VACUUM ${tables.join(", ")}`);
-    await own.end();
+    try {
+      await own.query(`${TAG} VACUUM (ANALYZE) ${tables.join(", ")}`);
+    } finally {
+      await own.end();
+    }
   }
   result.top = await topStatements(admin, database);
   return result;
+}
+
+function printWarnings(r) {
+  for (const w of r.warnings ?? []) note(`  warning: ${w}`);
 }
 
 function printTop(label, top) {
@@ -882,6 +900,7 @@ async function main() {
         // The first count under the plain key, the others beside it.
         results[i === 0 ? `akadzed_${handler}` : `akadzed_${handler}_x${daemonCount}`] = r;
         note(`akadzed ${handler}${daemonCount > 1 ? `, ${daemonCount} daemons` : ""}: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, daemon CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, VmHWM ${fmt(r.vm_hwm_mb, 1)} MB, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
+        printWarnings(r);
         note(`  claim index (jobs_claim_idx): ${fmt(r.claim_index_read_per_job, 2)} entries read per job, ${fmt(r.claim_index_fetched_per_job, 2)} of them live rows; oldest other snapshot p50 ${r.snapshot_age_p50}, max ${r.snapshot_age_max} transactions old; akadze.jobs and its indexes: ${fmt(r.jobs_blocks_hit_per_job, 1)} blocks found in shared buffers and ${fmt(r.jobs_blocks_read_per_job, 2)} read in per job`);
         printTop(`akadzed ${handler}${daemonCount > 1 ? `, ${daemonCount} daemons` : ""}`, r.top);
         if (handler === "shell" && i === 0) {
@@ -901,6 +920,7 @@ async function main() {
         }, null, ["akadze.jobs"])) };
         results.latency.push(r);
         note(`akadzed latency ${rate}/s ${listen ? "listen" : "poll"}: p50 ${fmt(r.p50, 2)} p95 ${fmt(r.p95, 2)} p99 ${fmt(r.p99, 2)} max ${fmt(r.max, 2)} ms, ${r.count} jobs, daemon CPU ${fmt(r.cpu_s, 2)} s, ${fmt(r.statements_per_job, 2)} statements/job (load ${r.load})`);
+        printWarnings(r);
         printTop(`akadzed latency ${rate}/s ${listen ? "listen" : "poll"}`, r.top);
         save();
       }
@@ -912,6 +932,7 @@ async function main() {
       const r = await graphileBurnDown(admin, mode, 2);
       results[`graphile_${mode}`] = r;
       note(`Graphile Worker ${mode}: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
+      printWarnings(r);
       save();
     }
   }
@@ -925,6 +946,7 @@ async function main() {
     const r = await pgbossBurnDown(admin);
     results.pgboss = r;
     note(`pg-boss: ${fmt(r.jobs_per_s)} jobs/s in ${fmt(r.seconds, 2)} s, CPU ${fmt(r.cpu_s, 2)} s, server CPU ${fmt(r.server_cpu_s, 2)} s, ${fmt(r.statements_per_job, 3)} statements/job, ${fmt(r.commits_per_job, 3)} commits/job (load ${r.load})`);
+    printWarnings(r);
     save();
   }
   if (only.has("pgbench")) {
