@@ -55,10 +55,13 @@ constexpr const char* kPlugins =
     "  overrunner:\n    plugin:\n      path: libmisbehaving_plugin.so\n      timeout: 300ms\n"
     "  checksum:\n    plugin:\n      path: libakadzed_example.so\n";
 
-// The duration_ms of the first `finish job=<id>` line in `log`, -1 if none.
-long FinishDurationMs(const std::string& log, std::int64_t id) {
+// The duration_ms of the first `finish job=<id>` line of the daemon's log,
+// awaited: the finisher logs a finish after its commit, so the row can read
+// its end state before the line is written. -1 if none came within 30 s.
+long FinishDurationMs(const DaemonProcess& daemon, std::int64_t id) {
   const std::string finish = "event=finish job=" + std::to_string(id) + " ";
-  for (const std::string& line : Lines(log)) {
+  if (!daemon.WaitForLog(finish)) return -1;
+  for (const std::string& line : Lines(daemon.Log())) {
     const std::size_t at = line.find("duration_ms=");
     if (line.find(finish) != std::string::npos && at != std::string::npos) {
       return std::stol(line.substr(at + 12));
@@ -123,7 +126,7 @@ TEST_CASE("a handler that ignores SIGTERM is killed kill_grace later; the job re
   CHECK(log.find("timed out after 1s: SIGTERM to process group") != std::string::npos);
   CHECK(log.find("still running 1s after SIGTERM: SIGKILL to process group") != std::string::npos);
   // The first run took the timeout plus the whole grace: TERM did nothing.
-  CHECK(FinishDurationMs(log, id) >= 2000);
+  CHECK(FinishDurationMs(*daemon, id) >= 2000);
   CHECK(WaitUntil([&] { return ProcessGone(ReadPidFile(pidfile)); }, 10s));
   CHECK(daemon->running());
   daemon->Signal(SIGTERM);
@@ -153,8 +156,7 @@ TEST_CASE("children left behind: the group's are killed, a setsid one escapes th
   CHECK(WaitUntil([&] { return ProcessGone(in_group); }, 10s));
   // The escaped one holds the stdout pipe, but the run ended within the
   // one-second drain bound, not with its sleep.
-  REQUIRE(daemon->WaitForLog("finish job=" + std::to_string(id)));
-  long ms = FinishDurationMs(daemon->Log(), id);
+  long ms = FinishDurationMs(*daemon, id);
   CHECK(ms >= 0);
   CHECK(ms < 10'000);
   CHECK(daemon->Log().find("job " + std::to_string(id)) == std::string::npos);
@@ -272,7 +274,9 @@ TEST_CASE("a handler that hangs forever is killed at its timeout, at once with k
   CHECK(ProcessGone(ReadPidFile(pidfile)));
   std::string log = daemon->Log();
   CHECK(log.find("timed out after 500ms: SIGKILL to process group") != std::string::npos);
-  CHECK(FinishDurationMs(log, id) < 5000);
+  const long ms = FinishDurationMs(*daemon, id);
+  CHECK(ms >= 0);
+  CHECK(ms < 5000);
   CHECK(daemon->running());
 }
 
@@ -326,12 +330,13 @@ TEST_CASE("a plugin that overruns its timeout without polling is logged while it
   json row = f.Row(id);
   CHECK(row["errors"] == json::parse(R"([{"error": "Timeout",
       "message": "plugin misbehaving 0 ran past its timeout of 300ms"}])"));
+  CHECK(FinishDurationMs(*daemon, id) >= 2000);
   std::string log = daemon->Log();
   const std::size_t warned = log.find(warning);
-  const std::size_t finished = log.find("finish job=" + std::to_string(id));
+  const std::size_t finished = log.find("event=finish job=" + std::to_string(id) + " ");
+  REQUIRE(finished != std::string::npos);
   CHECK(warned < finished);
   CHECK(log.find(warning, warned + 1) == std::string::npos);  // once
-  CHECK(FinishDurationMs(log, id) >= 2000);
 }
 
 // ---------------------------------------------------------------------------
