@@ -296,7 +296,12 @@ TEST_CASE("the daemon sweeps cancel-requested and expired queued jobs: logged an
   CHECK(test::Count(f.conn, "SELECT count(*) FROM akadze.jobs WHERE id = " + std::to_string(runs) +
                 " AND state = 'succeeded'") == 1);
   CHECK(daemon->WaitForLog("swept cancel_requested=0 expired=1"));
-  PromExposition after = Scrape(port);
+  // The lease keeper counts a sweep after it logs it: await the count too.
+  PromExposition after;
+  REQUIRE(WaitUntil([&] {
+    after = Scrape(port);
+    return after.Value("akadzed_queued_jobs_swept_total", {{"reason", "expired"}}).value_or(0) > 0;
+  }));
   CHECK(Value(after, "akadzed_queued_jobs_swept_total", {{"reason", "expired"}}) == 1);
   CHECK(Value(after, "akadzed_queued_jobs_swept_total", {{"reason", "cancel_requested"}}) == 2);
 }
