@@ -405,15 +405,24 @@ TEST_CASE("a queue that cannot start an executor runs its jobs on those it has, 
   // held up between its BEGIN and its read while they were inserted (seen
   // in CI: a claim of 3, then one of 9; under TSan 8, then 4).
   f.conn.exec("INSERT INTO akadze.jobs (task, args, run_at)"
-              " SELECT 'sleepy', '{\"ms\": 1000}', now() - interval '1 minute' FROM generate_series(1, 12)");
+              " SELECT 'sleepy', '{\"ms\": 1500}', now() - interval '1 minute' FROM generate_series(1, 12)");
   f.conn.exec("DELETE FROM akadze.queue_pauses");
   REQUIRE(daemon->WaitForLog("executor_start_failed queue=default executors=3 slots=12"));
   INFO(daemon->Log());
   CHECK(daemon->Log().find("claim queue=default jobs=12 ") != std::string::npos);
   // The nine the missing executors would have run go back to queued at
-  // once (no attempt spent), not held here until a running job ends a
-  // second later.
-  CHECK(WaitUntil([&] { return test::JobsInState(f.conn, "running") <= 3; }, 700ms));
+  // once (no attempt spent), not held here until a running job ends 1.5 s
+  // later: when no more than three run, none has ended yet (one
+  // snapshot of both counts: the margin is the jobs' 1.5 s, not a deadline).
+  std::int64_t running = 0, ended = 0;
+  REQUIRE(WaitUntil([&] {
+    pg::Result r = f.conn.exec("SELECT count(*) FILTER (WHERE state = 'running'),"
+                               " count(*) FILTER (WHERE state = 'succeeded') FROM akadze.jobs");
+    running = r.int64(0, 0);
+    ended = r.int64(0, 1);
+    return running <= 3;
+  }));
+  CHECK(ended == 0);
   // Every job runs, three at a time at most, none lost or failed.
   CHECK(WaitUntil([&] { return test::JobsInState(f.conn, "succeeded") == 12; }, 60s));
   // No attempt spent; the nine were claimed a second time.
@@ -940,10 +949,15 @@ TEST_CASE("reconcile: a job running under this worker in the database that it do
           "[daemon][lease]") {
   DaemonFixture f;
   std::string script = f.dir.Write("noop.sh", "#!/bin/sh\n", true);
-  // The queue is paused, so nothing of this daemon's is in flight and the
-  // job below can only come back through the reconcile.
+  // The queue is paused, so the job below can only come back through the
+  // reconcile; and polled once a minute, so that no claim is in flight
+  // across a heartbeat round's read (a paused queue's claim still runs, to
+  // read the pause) and the release takes the quiet path, not the one that
+  // waits for heartbeat_ttl.
   f.conn.exec("INSERT INTO akadze.queue_pauses (queue) VALUES ('default')");
-  auto daemon = f.Start(f.Config(Shell("noop", script)));
+  std::string worker = kFastWorker;
+  worker.replace(worker.find("poll_interval: 100ms"), 20, "poll_interval: 1m");
+  auto daemon = f.Start(f.Config(Shell("noop", script), worker));
   REQUIRE(WaitUntil([&] { return f.conn.exec("SELECT count(*) FROM akadze.workers").int64(0, 0) == 1; }));
   auto id = f.Enqueue("noop");
   // What a failover that lost the finish leaves: the job running under a
