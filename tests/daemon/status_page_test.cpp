@@ -323,7 +323,7 @@ TEST_CASE("status page: a stalled database gets 503s, never the listener's threa
   CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(3));
   CHECK(HttpGet(port, "/metrics").status == 200);
   CHECK(HttpGet(port, "/healthz").status == 200);
-  // The stalled read ends at its statement_timeout (2 s) with the database's error.
+  // The stalled read ends at its lock_timeout (the stall bound, 3 s) with the database's error.
   first.join();
   CHECK(stalled.status == 503);
   CHECK(Body(stalled)["error"].get<std::string>().find("database: ") == 0);
