@@ -77,6 +77,7 @@ Page LoadUntil(const TempDir& dir, const std::string& url, const std::string& sc
                Rendered rendered, const std::string& what) {
   Page page;
   for (int attempt = 0; attempt < 3; ++attempt) {
+    if (!screenshot.empty()) std::filesystem::remove(screenshot);  // none of an earlier run
     page = Load(dir, url, screenshot, 8000 + attempt * 8000);
     if (rendered(page)) return page;
   }

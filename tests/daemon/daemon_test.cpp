@@ -22,6 +22,7 @@
 #include "pg/connection.h"
 #include "support/daemon_process.h"
 #include "support/http_probe.h"
+#include "support/prometheus_text.h"
 #include "support/test_cluster.h"
 
 namespace akadzed::test {
@@ -413,7 +414,8 @@ TEST_CASE("a queue that cannot start an executor runs its jobs on those it has, 
   // The nine the missing executors would have run go back to queued at
   // once (no attempt spent), not held here until a running job ends 1.5 s
   // later: when no more than three run, none has ended yet (one
-  // snapshot of both counts: the margin is the jobs' 1.5 s, not a deadline).
+  // snapshot of both counts: a margin of the jobs' 1.5 s, where waiting for
+  // the count alone had 700 ms).
   std::int64_t running = 0, ended = 0;
   REQUIRE(WaitUntil([&] {
     pg::Result r = f.conn.exec("SELECT count(*) FILTER (WHERE state = 'running'),"
@@ -437,7 +439,15 @@ TEST_CASE("a queue that cannot start an executor runs its jobs on those it has, 
   REQUIRE(WaitUntil([&] {
     return test::JobsInState(f.conn, "running") == 3 && test::JobsInState(f.conn, "queued") == 3;
   }));
-  REQUIRE(daemon->WaitForLog("level=debug event=executor_start_failed queue=default executors=3", 30s));
+  // A try from now on (tries come every 10 s while they fail; one during the
+  // twelve jobs above, on a slow machine, would say nothing of these six).
+  const std::size_t from = daemon->Log().size();
+  REQUIRE(WaitUntil(
+      [&] {
+        return daemon->Log().find("level=debug event=executor_start_failed queue=default executors=3",
+                                  from) != std::string::npos;
+      },
+      30s));
   CHECK_FALSE(WaitUntil([&] { return test::JobsInState(f.conn, "running") > 3; }, 500ms));
   CHECK(test::JobsInState(f.conn, "queued") == 3);
   CHECK(f.conn.exec("SELECT max(run_count) FROM akadze.jobs WHERE args->>'ms' = '600000'").int64(0, 0) == 1);
@@ -959,6 +969,15 @@ TEST_CASE("reconcile: a job running under this worker in the database that it do
   worker.replace(worker.find("poll_interval: 100ms"), 20, "poll_interval: 1m");
   auto daemon = f.Start(f.Config(Shell("noop", script), worker));
   REQUIRE(WaitUntil([&] { return f.conn.exec("SELECT count(*) FROM akadze.workers").int64(0, 0) == 1; }));
+  // The claim loop's first claim (at its start, with its connection's
+  // opening) done before the job is put: then none is in flight.
+  const int port = ListenerPort(*daemon);
+  REQUIRE(WaitUntil([&] {
+    const HttpAnswer metrics = HttpGet(port, "/metrics");
+    return metrics.status == 200 && ParsePrometheusText(metrics.body)
+                                            .Value("akadzed_claim_duration_seconds_count", {{"queue", "default"}})
+                                            .value_or(0) >= 1;
+  }));
   auto id = f.Enqueue("noop");
   // What a failover that lost the finish leaves: the job running under a
   // live worker that holds nothing (just claimed, not over heartbeat_ttl ago).

@@ -427,8 +427,10 @@ TEST_CASE("minimum privileges: migrate as the owner, run as a worker role with o
   TempDir dir;
   std::string ok = dir.Write("ok.sh", "#!/bin/sh\necho '{\"result\": 1}' >&3\n", true);
   // heartbeat_ttl 5 s: the log is checked for no `_failed` line at all
-  // below, and the fast timings' stall timeout (750 ms) could time out a
-  // statement on a loaded machine, which says nothing of privileges.
+  // below, and the fast timings' stall bound (750 ms: lock_timeout and
+  // idle_in_transaction_session_timeout) could end a lock wait or a
+  // transaction paused between statements on a loaded machine, which says
+  // nothing of privileges.
   std::string worker_config = kFastWorkerConfig;
   worker_config.replace(worker_config.find("heartbeat_ttl: 1500ms"), 21, "heartbeat_ttl: 5s");
   std::string config = dir.Write(

@@ -399,8 +399,9 @@ TEST_CASE("failover that loses acknowledged commits (async, walsender paused): j
   // lease span (heartbeat_ttl - kill_grace 500 ms - 250 ms): past it the
   // daemon takes a new id and its jobs are rescued (an attempt each), which
   // is the fence working, not what this test shows. So the span covers the
-  // lag plus ~6 s (one heartbeat interval, stop, promote and reconnect on a
-  // loaded CI machine: 1.8 s seen, and once a promote of 5.1 s alone), and
+  // pause (the lag, at most the lag + 2 s: below) plus ~6 s (one heartbeat
+  // interval, stop, promote and reconnect on a loaded CI machine: 1.8 s
+  // seen, and once a promote of 5.1 s alone), and
   // nothing but the reconcile can free a job whose finish was lost. With
   // heartbeat_ttl 3 s and a 1 s lag the span (2.25 s) was missed on CI, and
   // with the lag + 3 s (span 3.25 s) by that 5.1 s promote

@@ -723,7 +723,7 @@ TEST_CASE("test support: BlackholeProxy::SetDelay adds its delay each way", "[pg
     return std::chrono::steady_clock::now() - started;
   };
   // A delay large against a loaded machine's stalls (a margin of 80 ms was
-  // one stall from failing), so that one round trip and two tell apart.
+  // one stall from failing), so that one round trip and three tell apart.
   round_trip();
   proxy.SetDelay(milliseconds(200));
   round_trip();  // bytes read before the change may still pass at once
