@@ -123,6 +123,35 @@ const ReadyRow* ClaimPlanner::Find(std::int64_t id) const {
   return it == row_by_id_.end() ? nullptr : &rows_[static_cast<std::size_t>(it->second)].data;
 }
 
+std::vector<ReadyRow> ClaimPlanner::KnownRows() const {
+  std::vector<ReadyRow> out;
+  out.reserve(rows_.size());
+  for (const Row& r : rows_) out.push_back(r.data);
+  return out;
+}
+
+KnownPrefix ClaimPlanner::Known(int stream) const {
+  const Stream& st = streams_[static_cast<std::size_t>(stream)];
+  KnownPrefix k;
+  if (st.exhausted) {
+    k.whole = true;
+  } else if (st.frontier) {
+    k.through = st.frontier->index_position();
+  } else {
+    return k;
+  }
+  for (const Skip& skip : skips_) {
+    if (skip.stream != stream) continue;
+    if (!skip.complete_through) return KnownPrefix{};
+    const IndexPosition c = skip.complete_through->index_position();
+    if (k.whole || IndexBefore(c, *k.through)) {
+      k.whole = false;
+      k.through = c;
+    }
+  }
+  return k;
+}
+
 bool ClaimPlanner::AtOrBefore(int r, const std::optional<ReadyRow>& bound) const {
   if (!bound) return false;
   return !ClaimsBefore(*bound, rows_[static_cast<std::size_t>(r)].data);

@@ -95,6 +95,15 @@ struct CatchUpRead {
   std::optional<IndexPosition> through;
 };
 
+// How far a claim's reads know a stream: every ready row of it, of every
+// group, at or before `through` (or all of them, `whole`) was added to the
+// planner. Neither: nothing is known that way (a group skipped before any
+// of its rows was read).
+struct KnownPrefix {
+  bool whole = false;
+  std::optional<IndexPosition> through;
+};
+
 struct PlanStep {
   // True when no unread row can change `plan`.
   bool settled = false;
@@ -159,6 +168,13 @@ class ClaimPlanner {
 
   // The row with this id, if known.
   const ReadyRow* Find(std::int64_t id) const;
+  // Every row added so far (those removed included), in no order.
+  std::vector<ReadyRow> KnownRows() const;
+  // How far the reads of `stream` so far know it: up to its frontier (all
+  // of it once exhausted), and no further than the point up to which each
+  // group skipped in it was read (claim order is index order within a
+  // stream, so positions are index positions).
+  KnownPrefix Known(int stream) const;
   std::int64_t rows_known() const { return static_cast<std::int64_t>(rows_.size()); }
 
  private:

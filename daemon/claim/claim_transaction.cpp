@@ -71,6 +71,9 @@ struct ClaimOutcome {
   // by another claim or without room: it claimed nothing, and the caller
   // claims again without speculation.
   bool speculation_failed = false;
+  // The queue's floor after this claim (claim_floor.h), when it was asked
+  // for one.
+  std::optional<ClaimFloor> floor;
 };
 
 // The statement that claims, all or nothing: locks the planned rows (FOR
@@ -157,12 +160,17 @@ constexpr const char* kQueueCapSql =
 // adds its read and its keys' locks; aging adds the levels' read.
 class ClaimRun {
  public:
-  ClaimRun(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end, bool speculate)
+  // `floor`: the queue's floor to read with, nullptr for none (then no
+  // floor comes out either).
+  ClaimRun(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end, bool speculate,
+           const ClaimFloor* floor)
       : tx_(tx),
         request_(request),
         one_at_a_time_(one_at_a_time),
         end_(end),
         speculate_(speculate && end == ClaimEnd::kCommit),
+        floor_wanted_(floor != nullptr && !request.aging_us),
+        floor_(floor_wanted_ && !floor->empty() ? floor : nullptr),
         ctx_(MakeReadContext(request.queue, request.aging_us)),
         round_trips_before_(tx.connection().round_trips()) {
     result().worker_id = request.worker_id.empty() ? RandomUuid() : request.worker_id;
@@ -183,6 +191,11 @@ class ClaimRun {
         if (step_.plan.empty() || ClaimPlan()) break;
       }
       if (!step_.plan.empty()) result().rows_needed = RowsNeeded();
+      if (floor_wanted_) outcome_.floor = NextFloor();
+    } else if (floor_wanted_ && floor_) {
+      // Nothing read (paused, fenced, capped, no free slot): the floor
+      // still holds, for its own snapshot.
+      outcome_.floor = *floor_;
     }
     return Finish();
   }
@@ -237,7 +250,7 @@ class ClaimRun {
       std::vector<pg::Result> got = tx_.pipeline(first);
       head = std::move(got[0]);
       cap = std::move(got[1]);
-      levels_ = LevelsFrom(got[2]);
+      levels_ = RowsFrom(got[2]);
       // Each priority level is a stream of its own (within a level,
       // effective priority never increases), read only when the plan needs
       // it, usually for a few rows: its first window is `slots` rows.
@@ -249,15 +262,38 @@ class ClaimRun {
       // frontier.
       planner_.emplace(options);
       reads_ = planner_->FirstReads();
-      const pg::Statement window = WindowReader::FirstStatement(ctx_, reads_.front(), unlocked_);
-      const pg::PipelinedStatement first[] = {{HeadSql(), &head_params},
-                                              {kQueueCapSql, &cap_params},
-                                              {window.sql, &window.params(), window.prepare()}};
+      // With a floor: the snapshot the next floor will hold for, then the
+      // rows below the floor, then the first window past it, in that
+      // order (each statement's snapshot no earlier than the one before).
+      const pg::Statement snapshot = FloorSnapshotStatement();
+      std::optional<pg::Statement> below;
+      if (floor_) below = BelowFloorStatement(ctx_, *floor_);
+      const pg::Statement window = WindowReader::FirstStatement(ctx_, reads_.front(), floor_, unlocked_);
+      std::vector<pg::PipelinedStatement> first = {{HeadSql(), &head_params}, {kQueueCapSql, &cap_params}};
+      if (floor_wanted_) first.push_back({snapshot.sql, &snapshot.params(), snapshot.prepare()});
+      if (below) first.push_back({below->sql, &below->params(), below->prepare()});
+      first.push_back({window.sql, &window.params(), window.prepare()});
       std::vector<pg::Result> got = tx_.pipeline(first);
       head = std::move(got[0]);
       cap = std::move(got[1]);
-      window_reader_.emplace(tx_, ctx_, head.is_null(0, 4) ? -1.0 : head.float64(0, 4));
-      first_window_ = window_reader_->FromResult(reads_.front(), got[2], unlocked_);
+      pg::Result window_result = std::move(got.back());
+      if (floor_wanted_) {
+        snapshot_ = std::string(got[2].text(0, 0));
+        server_started_ = std::string(got[2].text(0, 1));
+        if (floor_ && !FloorUsable(*floor_, snapshot_, server_started_)) {
+          // Another server, or transaction ids that went back (a failover,
+          // a restore): what the floor says of the rows below it is about
+          // another history. Read from the heads.
+          floor_ = nullptr;
+          window_result = tx_.exec(WindowReader::FirstStatement(ctx_, reads_.front(), nullptr, unlocked_));
+        } else if (floor_) {
+          below_ = RowsFrom(got[3]);
+          result().floor_levels = static_cast<int>(floor_->levels.size());
+          result().rows_below_floor = static_cast<std::int64_t>(below_.size());
+        }
+      }
+      window_reader_.emplace(tx_, ctx_, head.is_null(0, 4) ? -1.0 : head.float64(0, 4), floor_, below_);
+      first_window_ = window_reader_->FromResult(reads_.front(), window_result, unlocked_);
     }
     if (!head.boolean(0, 5)) {
       result().fenced = true;
@@ -529,6 +565,27 @@ class ClaimRun {
     }
   }
 
+  // The queue's floor after this claim (claim_floor.h): what its reads
+  // knew, less the jobs it took (none when it rolled back or claimed
+  // nothing).
+  ClaimFloor NextFloor() const {
+    std::unordered_set<std::int64_t> taken;
+    if (!request_.dry_run) {
+      for (const ClaimedJob& j : outcome_.result.jobs) taken.insert(j.id);
+      for (const ClaimedJob& j : outcome_.result.unprocessable) taken.insert(j.id);
+    }
+    const std::vector<ReadyRow> read = planner_->KnownRows();
+    ClaimKnowledge k;
+    k.old_floor = floor_;
+    k.below = below_;
+    k.read = read;
+    k.known = planner_->Known(0);
+    k.taken = &taken;
+    k.snapshot = snapshot_;
+    k.server_started = server_started_;
+    return NextClaimFloor(k);
+  }
+
   // ClaimResult::rows_needed: the rows read at or before the plan's last
   // row in index order (claim order, without aging), when that row lies in
   // the plain prefix of the reads (plain_positions_): windows after it,
@@ -568,6 +625,14 @@ class ClaimRun {
   // the claiming statement (ClaimPlan); only when that statement ends the
   // transaction.
   const bool speculate_;
+  // The claim reports its queue's next floor (no aging); the floor it
+  // reads with (nullptr: none, or not usable), the rows below it, and the
+  // snapshot and server start its first statements saw.
+  const bool floor_wanted_;
+  const ClaimFloor* floor_;
+  std::vector<ReadyRow> below_;
+  std::string snapshot_;
+  std::string server_started_;
   const ReadContext ctx_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   const std::int64_t round_trips_before_;
@@ -596,15 +661,15 @@ class ClaimRun {
 };
 
 ClaimOutcome Claim(pg::Transaction& tx, const ClaimRequest& request, bool one_at_a_time, ClaimEnd end,
-                   bool speculate) {
+                   bool speculate, const ClaimFloor* floor) {
   ValidateClaimRequest(request);
-  return ClaimRun(tx, request, one_at_a_time, end, speculate).Run();
+  return ClaimRun(tx, request, one_at_a_time, end, speculate, floor).Run();
 }
 
 }  // namespace
 
 ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request) {
-  return Claim(tx, request, /*one_at_a_time=*/false, ClaimEnd::kCaller, /*speculate=*/false).result;
+  return Claim(tx, request, /*one_at_a_time=*/false, ClaimEnd::kCaller, /*speculate=*/false, nullptr).result;
 }
 
 ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
@@ -616,6 +681,14 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   const bool hooks = request.before_commit && !request.dry_run;
   ClaimRequest again = request;
   ClaimResult result;
+  // The floor this claim reads with, for every try; the request's is
+  // cleared until the claim succeeds (a claim that throws leaves none).
+  ClaimFloor floor;
+  if (request.floor) {
+    floor = std::move(*request.floor);
+    request.floor->clear();
+  }
+  std::optional<ClaimFloor> next_floor;
   int windows = 0, keyed_windows = 0, lock_rounds = 0, keys_locked_elsewhere = 0, speculation_failures = 0;
   std::int64_t rows_read = 0;
   // A claim that ended its transaction and found planned rows held or taken
@@ -641,8 +714,9 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
     // transaction, planned as the server says, as on every other transition.
     pg::Transaction tx(conn, "BEGIN ISOLATION LEVEL READ COMMITTED", pg::Transaction::Begin::kWithFirstStatement,
                        hooks ? pg::Transaction::Plans::kServerDefault : pg::Transaction::Plans::kGeneric);
-    ClaimOutcome outcome = Claim(tx, again, /*one_at_a_time=*/true, end, speculate);
+    ClaimOutcome outcome = Claim(tx, again, /*one_at_a_time=*/true, end, speculate, request.floor ? &floor : nullptr);
     result = std::move(outcome.result);
+    next_floor = std::move(outcome.floor);
     windows += result.windows;
     keyed_windows += result.keyed_windows;
     rows_read += result.rows_read;
@@ -670,6 +744,7 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
     again.exclude_ids.insert(again.exclude_ids.end(), outcome.taken_elsewhere.begin(),
                              outcome.taken_elsewhere.end());
   }
+  if (request.floor && next_floor) *request.floor = std::move(*next_floor);
   result.windows = windows;
   result.keyed_windows = keyed_windows;
   result.rows_read = rows_read;

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "claim/claim_floor.h"
 #include "claim/claim_planner.h"
 #include "core/claimed_job.h"
 #include "core/uuid.h"
@@ -94,6 +95,13 @@ struct ClaimRequest {
   // A worker whose lease ran out, or whose row a rescue deleted, claims
   // nothing (ClaimResult::fenced).
   std::optional<std::int64_t> lease_span_us;
+  // The queue's floor (claim_floor.h), kept by the caller from one claim of
+  // the queue to the next: RunClaim without aging reads each floored level
+  // past its floor, and leaves here the floor for the next claim. It is
+  // cleared first, so a claim that throws leaves none (the next reads from
+  // the heads). nullptr: no floor (every read from the heads); ignored
+  // with aging and by ClaimInTransaction. One floor serves one queue.
+  ClaimFloor* floor = nullptr;
 };
 
 struct ClaimResult {
@@ -118,6 +126,10 @@ struct ClaimResult {
   // RunClaim: of its last try.
   std::optional<std::int64_t> rows_needed;
   int lock_rounds = 0;           // claiming statements (FOR UPDATE SKIP LOCKED rounds)
+  // With a floor (ClaimRequest::floor): the levels the reads started past
+  // their floor, and the rows read below them (pinned, or queued since).
+  int floor_levels = 0;
+  std::int64_t rows_below_floor = 0;
   int keys_locked_elsewhere = 0; // keys skipped because another claim held them
   // RunClaim: claims that ended without a job because a key planned on its
   // count without locks was taken meanwhile, and ran again (docs/claim.md,

@@ -1,6 +1,7 @@
 #include "claim/window_reads.h"
 
 #include <algorithm>
+#include <iterator>
 #include <unordered_set>
 #include <utility>
 
@@ -108,27 +109,57 @@ void TakeUnlockedCounts(const pg::Result& r, int first, UnlockedCounts& counts) 
 
 constexpr int kRowColumns = 5;  // RowColumns()
 
-// One window of the single stream (no aging): the whole queue in index order.
-Statement WindowStatement(const ReadContext& ctx, const WindowRead& read, const UnlockedCounts& counts) {
+// One window of the single stream (no aging): the whole queue in index
+// order, after `read.after` (nullopt: from the start), and, with a floor,
+// past each floored level's floor: rows at or below a floor are the
+// floor's own (ReadBelowFloor) and merged in by the reader. One index range
+// per arm, so no arm steps over the entries below a floor: the rest of the
+// cursor's level; then, level by level downwards, the levels between two
+// floors (from their heads) and each floored level after its floor.
+Statement WindowStatement(const ReadContext& ctx, const WindowRead& read, const ClaimFloor* floor,
+                          const UnlockedCounts& counts) {
   Statement st;
   const std::string queue = st.bind(ctx.queue);
   const std::string limit = st.bind(read.limit);
   const std::string skip = SkipFilter(st, read.skip_keys, read.skip_null_key);
   const std::string from = " FROM akadze.jobs WHERE queue = " + queue + " AND " + kReadyJobSql + skip;
+  const std::string inner = "SELECT *" + from;
+  auto after_position = [&](const IndexPosition& p) {
+    return " AND priority = " + st.bind(std::int64_t{p.priority}) + " AND (run_at, id) > (" +
+           Timestamp(st.bind(p.run_at_us)) + ", " + st.bind(p.id) + ") ORDER BY run_at, id LIMIT " + limit;
+  };
+  auto levels_between = [&](std::optional<std::int64_t> hi, std::optional<std::int64_t> lo) {
+    std::string cond;
+    if (hi) cond += " AND priority <= " + st.bind(*hi) + "::int";
+    if (lo) cond += " AND priority >= " + st.bind(*lo) + "::int";
+    return cond + " ORDER BY priority DESC, run_at, id LIMIT " + limit;
+  };
+  std::vector<std::string> arms;
+  std::optional<std::int64_t> hi;  // the highest priority not covered yet (nullopt: no bound)
+  if (read.after) {
+    IndexPosition start = *read.after;
+    if (const IndexPosition* f = floor ? floor->LevelFloor(start.priority) : nullptr; f && IndexBefore(start, *f)) {
+      start = *f;
+    }
+    arms.push_back(inner + after_position(start));
+    hi = std::int64_t{read.after->priority} - 1;
+  }
+  if (floor) {
+    for (const IndexPosition& f : floor->levels) {
+      if (hi && f.priority > *hi) continue;
+      if (!hi || *hi > f.priority) arms.push_back(inner + levels_between(hi, std::int64_t{f.priority} + 1));
+      arms.push_back(inner + after_position(f));
+      hi = std::int64_t{f.priority} - 1;
+    }
+  }
   std::string sql;
-  if (!read.after) {
+  if (arms.empty()) {
     sql = "SELECT " + RowColumns(st, ctx) + from + " ORDER BY priority DESC, run_at, id LIMIT " + limit;
   } else {
-    // Keyset continuation in two index ranges: the rest of the cursor's
-    // priority level, then the lower levels.
-    const std::string p = st.bind(std::int64_t{read.after->priority});
-    const std::string r = st.bind(read.after->run_at_us);
-    const std::string i = st.bind(read.after->id);
-    const std::string inner = "SELECT *" + from;
-    sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + inner + " AND priority = " + p +
-          " AND (run_at, id) > (" + Timestamp(r) + ", " + i + ") ORDER BY run_at, id LIMIT " + limit +
-          ") UNION ALL (" + inner + " AND priority <= " + p + "::int - 1 ORDER BY priority DESC, run_at, id LIMIT " +
-          limit + ")) w ORDER BY w.priority DESC, w.run_at, w.id LIMIT " + limit;
+    arms.push_back(inner + levels_between(hi, std::nullopt));
+    sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM (";
+    for (std::size_t i = 0; i < arms.size(); ++i) sql += (i ? " UNION ALL (" : "(") + arms[i] + ")";
+    sql += ") w ORDER BY w.priority DESC, w.run_at, w.id LIMIT " + limit;
   }
   st.sql = WithUnlockedCounts(st, sql, "w.priority DESC, w.run_at_us, w.id", counts);
   return st;
@@ -278,16 +309,19 @@ ReadContext MakeReadContext(const std::string& queue, std::optional<std::int64_t
   return ReadContext{queue, aging_us ? DecimalSeconds(*aging_us) : ""};
 }
 
-WindowReader::WindowReader(pg::Transaction& tx, const ReadContext& ctx, double queued_rows)
+WindowReader::WindowReader(pg::Transaction& tx, const ReadContext& ctx, double queued_rows, const ClaimFloor* floor,
+                           std::vector<ReadyRow> below)
     : tx_(tx),
       ctx_(ctx),
       max_groups_(queued_rows < 0 ? kMaxKeyedGroups
                                   : std::min(kMaxKeyedGroups,
-                                             static_cast<std::int64_t>(queued_rows / kRowsPerGroup))) {}
+                                             static_cast<std::int64_t>(queued_rows / kRowsPerGroup))),
+      floor_(floor && !floor->empty() ? floor : nullptr),
+      below_(std::move(below)) {}
 
 WindowReader::Window WindowReader::Read(const WindowRead& read, UnlockedCounts& counts) {
   if (!UseKeyed(read)) {
-    const Statement st = WindowStatement(ctx_, read, counts);
+    const Statement st = WindowStatement(ctx_, read, floor_, counts);
     return FromResult(read, tx_.exec(st), counts);
   }
   Window w;
@@ -312,9 +346,9 @@ WindowReader::Window WindowReader::Read(const WindowRead& read, UnlockedCounts& 
   return w;
 }
 
-pg::Statement WindowReader::FirstStatement(const ReadContext& ctx, const WindowRead& read,
+pg::Statement WindowReader::FirstStatement(const ReadContext& ctx, const WindowRead& read, const ClaimFloor* floor,
                                            const UnlockedCounts& counts) {
-  return WindowStatement(ctx, read, counts);
+  return WindowStatement(ctx, read, floor && !floor->empty() ? floor : nullptr, counts);
 }
 
 WindowReader::Window WindowReader::FromResult(const WindowRead& read, const pg::Result& result,
@@ -323,8 +357,34 @@ WindowReader::Window WindowReader::FromResult(const WindowRead& read, const pg::
   w.rows = ToRows(result);
   TakeUnlockedCounts(result, kRowColumns, counts);
   w.exhausted = static_cast<std::int64_t>(w.rows.size()) < read.limit;
+  if (floor_) MergeBelowFloor(read, w);
   last_window_ = w.rows;
   return w;
+}
+
+// The window read past the floors, with the rows below them that belong
+// in it: after read.after, of a group the read does not skip, in index
+// order, at most read.limit. Together they are the window a read from the
+// heads would have returned: below the floors, every row queued and ready
+// is one of below_ (claim_floor.h).
+void WindowReader::MergeBelowFloor(const WindowRead& read, Window& w) const {
+  std::vector<ReadyRow> mine;
+  const std::unordered_set<std::string> skipped(read.skip_keys.begin(), read.skip_keys.end());
+  for (const ReadyRow& r : below_) {
+    if (read.after && !IndexBefore(*read.after, r.index_position())) continue;
+    if (r.limit_key ? skipped.contains(*r.limit_key) : read.skip_null_key) continue;
+    mine.push_back(r);
+  }
+  if (mine.empty()) return;
+  std::vector<ReadyRow> merged;
+  merged.reserve(w.rows.size() + mine.size());
+  std::merge(w.rows.begin(), w.rows.end(), mine.begin(), mine.end(), std::back_inserter(merged),
+             [](const ReadyRow& a, const ReadyRow& b) { return IndexBefore(a.index_position(), b.index_position()); });
+  if (static_cast<std::int64_t>(merged.size()) > read.limit) {
+    merged.resize(static_cast<std::size_t>(read.limit));
+    w.exhausted = false;
+  }
+  w.rows = std::move(merged);
 }
 
 bool WindowReader::UseKeyed(const WindowRead& read) {
@@ -373,7 +433,6 @@ pg::Statement FindLevelsStatement(const ReadContext& ctx) {
   return st;
 }
 
-std::vector<ReadyRow> LevelsFrom(const pg::Result& result) { return ToRows(result); }
 
 // Windows of several level streams (aging) in one statement. A row is skipped
 // only if every read skips its group: skipping less than allowed is safe.
@@ -421,6 +480,46 @@ std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const R
   }
   return out;
 }
+
+pg::Statement FloorSnapshotStatement() {
+  Statement st;
+  st.sql = "SELECT pg_current_snapshot()::text, pg_postmaster_start_time()::text";
+  return st;
+}
+
+// The rows a floor names (claim_floor.h): queued and ready, at or below
+// their level's floor, and either pinned or queued by a transaction the
+// floor's snapshot does not see (its in-progress list, then from its xmax
+// on, through jobs_queued_xid_idx). Three small reads, their ids united,
+// before the rows are ranked.
+pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floor) {
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  const SnapshotXids xids = ParseSnapshot(floor.snapshot).value_or(SnapshotXids{});
+  std::vector<std::string> in_progress;
+  for (std::uint64_t x : xids.in_progress) in_progress.push_back(std::to_string(x));
+  std::vector<std::int64_t> p, r, i;
+  for (const IndexPosition& f : floor.levels) {
+    p.push_back(f.priority);
+    r.push_back(f.run_at_us);
+    i.push_back(f.id);
+  }
+  // Each arm a range of one index (parameters, not expressions over the
+  // snapshot: a generic plan estimates those badly and scans the table).
+  const std::string base = "SELECT id, limit_key, priority, run_at FROM akadze.jobs WHERE queue = " + queue +
+                           " AND " + kReadyJobSql;
+  st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + base + " AND queued_xid IS NOT NULL AND queued_xid >= " +
+           st.bind(std::to_string(xids.xmax)) + "::xid8) UNION (" + base +
+           " AND queued_xid IS NOT NULL AND queued_xid = ANY(" + st.bind_array(in_progress) + "::xid8[])) UNION (" +
+           base + " AND id = ANY(" + st.bind_array(floor.pinned) + "::int8[]))) w"
+           " WHERE EXISTS (SELECT 1 FROM unnest(" + st.bind_array(p) + "::int[], " + st.bind_array(r) +
+           "::int8[], " + st.bind_array(i) + "::int8[]) AS f(p, r, i)"
+           " WHERE w.priority = f.p AND (w.run_at, w.id) <= (" + Timestamp("f.r") + ", f.i))"
+           " ORDER BY w.priority DESC, w.run_at, w.id";
+  return st;
+}
+
+std::vector<ReadyRow> RowsFrom(const pg::Result& result) { return ToRows(result); }
 
 // The rows of one group the planner skipped and needs after all.
 std::vector<ReadyRow> ReadCatchUp(pg::Transaction& tx, const ReadContext& ctx, const CatchUpRead& read) {

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "claim/claim_floor.h"
 #include "claim/claim_planner.h"
 #include "claim/key_locks.h"
 #include "claim/keyed_window.h"
@@ -51,7 +52,13 @@ class WindowReader {
  public:
   // `queued_rows`: PostgreSQL's estimate of the queued rows (of every queue),
   // negative when it has none; it bounds the groups worth enumerating.
-  WindowReader(pg::Transaction& tx, const ReadContext& ctx, double queued_rows);
+  // `floor` (nullptr or empty: none): windows of jobs_claim_idx start each
+  // floored level past its floor, and `below`, the floor's rows
+  // (BelowFloorStatement), are merged into them. Reads around skipped
+  // groups and catch-ups read every row of their ranges themselves. The
+  // floor must outlive the reader.
+  WindowReader(pg::Transaction& tx, const ReadContext& ctx, double queued_rows, const ClaimFloor* floor = nullptr,
+               std::vector<ReadyRow> below = {});
 
   struct Window {
     std::vector<ReadyRow> rows;
@@ -63,7 +70,8 @@ class WindowReader {
   Window Read(const WindowRead& read, UnlockedCounts& counts);
   // The claim's first window (read.after unset: through jobs_claim_idx) as
   // a statement, to send along with others.
-  static pg::Statement FirstStatement(const ReadContext& ctx, const WindowRead& read, const UnlockedCounts& counts);
+  static pg::Statement FirstStatement(const ReadContext& ctx, const WindowRead& read, const ClaimFloor* floor,
+                                      const UnlockedCounts& counts);
   // The window a filtered walk (FirstStatement's, or Read's when not keyed)
   // returned in `result`; `counts` gains the keys it saw first.
   Window FromResult(const WindowRead& read, const pg::Result& result, UnlockedCounts& counts);
@@ -76,6 +84,8 @@ class WindowReader {
   // Whether `read` goes through KeyedWindow (enumerating the keys the first
   // time). Once a claim reads keyed, it stays keyed.
   bool UseKeyed(const WindowRead& read);
+  // Adds to `w` (read past the floors) the rows below them that it holds.
+  void MergeBelowFloor(const WindowRead& read, Window& w) const;
 
   pg::Transaction& tx_;
   const ReadContext& ctx_;
@@ -84,13 +94,22 @@ class WindowReader {
   bool keyed_refused_ = false;
   std::vector<std::string> enumerated_;
   std::vector<ReadyRow> last_window_;
+  const ClaimFloor* floor_;
+  const std::vector<ReadyRow> below_;  // index order
 };
+
+// The snapshot a claim's floor will hold for and the server's start
+// (claim_floor.h): sent before the claim's first read.
+pg::Statement FloorSnapshotStatement();
+// The rows of `floor` that a claim must know (claim_floor.h), in index order.
+pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floor);
+// The rows of a FindLevelsStatement() or a BelowFloorStatement().
+std::vector<ReadyRow> RowsFrom(const pg::Result& result);
 
 // The priority levels present among the queue's queued rows, highest first,
 // each with its first row in index order (ready or not): the statement, and
-// its result read.
+// its result read with RowsFrom().
 pg::Statement FindLevelsStatement(const ReadContext& ctx);
-std::vector<ReadyRow> LevelsFrom(const pg::Result& result);
 
 // Windows of several level streams (aging) in one statement, one per read
 // of `reads` (each names its level by index into `heads`).

@@ -102,6 +102,11 @@ void AddClaimCommand(CLI::App& app, Action& action) {
         pg::Connection conn = pg::Connection::Open(ResolveDatabaseUrl(o->url), "akadzed claim");
         RunTimes times;
         ClaimResult r;
+        // Repeated runs carry the queue's floor from one to the next, as the
+        // daemon's claim loop does (claim/claim_floor.h): the warm runs time
+        // the daemon's claims, the first reads from the heads.
+        ClaimFloor floor;
+        request.floor = &floor;
         for (int run = 0; run < o->repeat; ++run) {
           r = RunClaim(conn, request);
           times.runs_ms.push_back(r.elapsed_ms);

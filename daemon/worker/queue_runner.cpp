@@ -229,6 +229,9 @@ void QueueRunner::ClaimLoop() {
       request.expected_slots = first_window_.ExpectedSlots(free_slots, capacity_now);
       // Rows a slot as the last claim of this queue needed (claim/first_window.h).
       request.first_window_per_slot = first_window_.per_slot();
+      // Past the dead entries the last claims of this queue left (a held
+      // horizon keeps them): claim/claim_floor.h.
+      request.floor = &floor_;
       request.slots_at_lock = [this, &free_slots] {
         MutexLock lock(claim_loop_.mu());
         free_slots = capacity() - busy_;

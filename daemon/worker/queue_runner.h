@@ -225,6 +225,9 @@ class QueueRunner final : private SlotHolder {
   std::unordered_map<std::int64_t, std::chrono::steady_clock::time_point> refused_;
   // The size of the next claim's first window; the claim thread only.
   FirstWindowSizer first_window_;
+  // Where the next claim reads each priority level from (claim/claim_floor.h):
+  // kept from claim to claim, read and written by the claim loop only.
+  ClaimFloor floor_;
   bool executors_stop_ GUARDED_BY(claim_loop_.mu()) = false;
   bool wake_ GUARDED_BY(claim_loop_.mu()) = false;
   bool claim_in_flight_ GUARDED_BY(claim_loop_.mu()) = false;

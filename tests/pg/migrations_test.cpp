@@ -32,7 +32,8 @@ using pg::Result;
 const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses",
                                                "003_limit_keys", "004_claim_key_index",
                                                "005_limit_window_bound", "006_enqueue",
-                                               "007_status_page", "008_queue_caps"};
+                                               "007_status_page", "008_queue_caps",
+                                               "009_queued_xid"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -93,7 +94,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "008_queue_caps");
+  CHECK(ExpectedSchemaVersion() == "009_queued_xid");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -241,6 +242,7 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
       "started_at:timestamp with time zone:YES",
       "finished_at:timestamp with time zone:YES",
       "limit_key:text:YES",
+      "queued_xid:xid8:YES",
   };
   CHECK(Column(r) == expected);
   Result id = conn.exec(
@@ -288,6 +290,44 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
                               "workers.started_at:timestamp with time zone:NO",
                               "workers.heartbeat_at:timestamp with time zone:NO",
                           });
+}
+
+TEST_CASE("migrations: queued_xid names the transaction that last made a row queued, whoever writes it",
+          "[migrations][schema]") {
+  Connection conn = Connection::Open(test::FreshDatabase(true));
+  auto xid_of = [&](const std::string& sql) {
+    pg::Transaction tx(conn);
+    Result r = tx.exec(sql + " RETURNING queued_xid::text, pg_current_xact_id()::text");
+    REQUIRE(r.rows() == 1);
+    std::pair<std::string, std::string> got{std::string(r.text(0, 0)), std::string(r.text(0, 1))};
+    tx.commit();
+    return got;
+  };
+  // A plain INSERT as akadze's library writes it, and one naming a value.
+  auto [plain, plain_tx] = xid_of("INSERT INTO akadze.jobs (task) VALUES ('t')");
+  CHECK(plain == plain_tx);
+  auto [named, named_tx] = xid_of("INSERT INTO akadze.jobs (task, queued_xid) VALUES ('t', '3')");
+  CHECK(named == named_tx);
+  const std::string id = std::string(conn.exec("SELECT max(id)::text FROM akadze.jobs").text(0, 0));
+  // A claim leaves it; back to queued (a retry, a release, any UPDATE that
+  // leaves the row queued) rewrites it, whatever the UPDATE sets.
+  auto [claimed, claimed_tx] = xid_of("UPDATE akadze.jobs SET state = 'running' WHERE id = " + id);
+  CHECK(claimed == named);
+  CHECK(claimed != claimed_tx);
+  auto [requeued, requeued_tx] =
+      xid_of("UPDATE akadze.jobs SET state = 'queued', queued_xid = '3' WHERE id = " + id);
+  CHECK(requeued == requeued_tx);
+  auto [moved, moved_tx] = xid_of("UPDATE akadze.jobs SET priority = 5 WHERE id = " + id);
+  CHECK(moved == moved_tx);
+  // Queued rows with a queued_xid are in jobs_queued_xid_idx; others not.
+  Result indexed = conn.exec(
+      "SELECT count(*) FROM akadze.jobs WHERE queue = 'default' AND state = 'queued'"
+      " AND queued_xid IS NOT NULL AND queued_xid >= '1'::xid8");
+  CHECK(indexed.int64(0, 0) == 2);
+  Result definition = conn.exec("SELECT indexdef FROM pg_indexes WHERE indexname = 'jobs_queued_xid_idx'");
+  REQUIRE(definition.rows() == 1);
+  CHECK(std::string(definition.text(0, 0)).find("(queue, queued_xid) WHERE ((state = 'queued'::text) AND "
+                                                "(queued_xid IS NOT NULL))") != std::string::npos);
 }
 
 TEST_CASE("migrations: akadze.jobs defaults", "[migrations][schema]") {
@@ -426,7 +466,7 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
   std::vector<std::string> names = Column(r, 0);
   CHECK(names == std::vector<std::string>{"jobs_claim_idx", "jobs_claim_key_idx",
                                           "jobs_failed_finished_idx", "jobs_finished_at_idx", "jobs_pkey",
-                                          "jobs_queued_cancel_idx", "jobs_queued_expires_idx",
+                                          "jobs_queued_cancel_idx", "jobs_queued_expires_idx", "jobs_queued_xid_idx",
                                           "jobs_running_limit_key_idx", "jobs_running_worker_idx",
                                           "jobs_unique_key_active_idx"});
   auto def = [&](const std::string& name) -> std::string {
@@ -499,7 +539,8 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
                                                            "applied 005_limit_window_bound",
                                                            "applied 006_enqueue",
                                                            "applied 007_status_page",
-                                                           "applied 008_queue_caps"});
+                                                           "applied 008_queue_caps",
+                                                           "applied 009_queued_xid"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});

@@ -1,0 +1,98 @@
+#include "claim/claim_floor.h"
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <map>
+
+namespace akadzed {
+
+const IndexPosition* ClaimFloor::LevelFloor(std::int32_t priority) const {
+  for (const IndexPosition& f : levels) {
+    if (f.priority == priority) return &f;
+  }
+  return nullptr;
+}
+
+bool ClaimFloor::Covers(const IndexPosition& p) const {
+  const IndexPosition* f = LevelFloor(p.priority);
+  return f && !IndexBefore(*f, p);
+}
+
+ClaimFloor NextClaimFloor(const ClaimKnowledge& k) {
+  // Per level (highest priority first), the floor so far.
+  std::map<std::int32_t, IndexPosition, std::greater<>> floors;
+  if (k.old_floor) {
+    for (const IndexPosition& f : k.old_floor->levels) floors.emplace(f.priority, f);
+  }
+  auto raise = [&](const IndexPosition& p) {
+    auto [it, added] = floors.emplace(p.priority, p);
+    if (!added && IndexBefore(it->second, p)) it->second = p;
+  };
+  // A level above known.through's is known whole (every ready row of it
+  // comes before that position): its last known row is its floor. Its rows
+  // that are not ready yet come after that row (their run_at is later than
+  // every ready row's), so they stay above the floor. known.through's own
+  // level is known up to that position.
+  if (k.known.whole || k.known.through) {
+    for (const ReadyRow& r : k.read) {
+      const IndexPosition p = r.index_position();
+      if (k.known.whole || !IndexBefore(*k.known.through, p)) raise(p);
+    }
+    if (k.known.through) raise(*k.known.through);
+  }
+  ClaimFloor next;
+  for (const auto& [priority, f] : floors) {
+    if (next.levels.size() == kMaxFloorLevels) break;
+    next.levels.push_back(f);
+  }
+  if (next.levels.empty()) return next;
+  std::unordered_set<std::int64_t> pinned;
+  auto pin = [&](const ReadyRow& r) {
+    if (k.taken && k.taken->contains(r.id)) return;
+    if (next.Covers(r.index_position())) pinned.insert(r.id);
+  };
+  for (const ReadyRow& r : k.below) pin(r);
+  for (const ReadyRow& r : k.read) pin(r);
+  if (pinned.size() > kMaxPinned) return ClaimFloor{};
+  next.pinned.assign(pinned.begin(), pinned.end());
+  std::sort(next.pinned.begin(), next.pinned.end());
+  next.snapshot = k.snapshot;
+  next.server_started = k.server_started;
+  return next;
+}
+
+std::optional<SnapshotXids> ParseSnapshot(std::string_view snapshot) {
+  auto number = [](std::string_view digits) -> std::optional<std::uint64_t> {
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+    return v;
+  };
+  const std::size_t first = snapshot.find(':');
+  const std::size_t second = first == std::string_view::npos ? first : snapshot.find(':', first + 1);
+  if (second == std::string_view::npos) return std::nullopt;
+  const auto xmin = number(snapshot.substr(0, first));
+  const auto xmax = number(snapshot.substr(first + 1, second - first - 1));
+  if (!xmin || !xmax || *xmin > *xmax) return std::nullopt;
+  SnapshotXids out{*xmin, *xmax, {}};
+  std::string_view rest = snapshot.substr(second + 1);
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const auto x = number(rest.substr(0, comma));
+    if (!x) return std::nullopt;
+    out.in_progress.push_back(*x);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (comma != std::string_view::npos && rest.empty()) return std::nullopt;
+  }
+  return out;
+}
+
+bool FloorUsable(const ClaimFloor& floor, std::string_view snapshot, std::string_view server_started) {
+  if (floor.empty() || floor.server_started != server_started) return false;
+  const std::optional<SnapshotXids> then = ParseSnapshot(floor.snapshot);
+  const std::optional<SnapshotXids> now = ParseSnapshot(snapshot);
+  return then && now && now->xmax >= then->xmax;
+}
+
+}  // namespace akadzed

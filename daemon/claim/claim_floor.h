@@ -1,0 +1,123 @@
+// ClaimFloor: where a queue's next claim starts reading each priority level
+// of jobs_claim_idx, past the index entries its last claim found dead
+// (docs/claim.md, "Floors").
+//
+// Every job a claim takes leaves a dead entry at the head of its queue's
+// level in jobs_claim_idx. VACUUM removes them, but not while another
+// session holds the MVCC horizon back (a long report, pg_dump, an idle
+// transaction, a replica's hot_standby_feedback): a read from the head then
+// steps over every one of them, a heap visit each, and claims grow linearly
+// slower. A floor lets the next claim read each level after the place where
+// the last claim knew every row version to be dead or listed.
+//
+// The invariant. A floor F holds, for the snapshot S it names: every row
+// version of the queue that is queued, at a position at or before its
+// level's floor in index order, and that any later snapshot sees, is either
+//   (a) one of `pinned` (queued and ready in S, not taken by the claim), or
+//   (b) written by a transaction S does not see: its queued_xid (migration
+//       009: the transaction that last made the row queued, kept by a
+//       default and triggers whoever writes it) is in S's in-progress list
+//       or at or past S's xmax.
+// Rows at or before a floor that S saw queued but not ready are not pinned:
+// their run_at is at or before the floor's (which a claim had read as
+// ready), so only a cancel request or an expiry keeps them from being ready,
+// and neither ends without an UPDATE, which rewrites queued_xid.
+//
+// So the rows at or below the floors that the next claim must know are (a)
+// and (b), found by id and through jobs_queued_xid_idx: a few rows, not the
+// dead prefix. The claim reads them in the same round trip as its first
+// window (WindowReader), merges them into its windows, and computes the
+// next floor from what it read (NextClaimFloor). Any doubt resets the floor
+// (the next claim reads from the heads): a failed claim, another server
+// behind the connection (a failover: its transaction ids are another
+// history), or more pinned rows than kMaxPinned.
+//
+// Pure: no libpq, no clock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "claim/claim_planner.h"
+
+namespace akadzed {
+
+struct ClaimFloor {
+  // One position per priority level, highest priority first: that level's
+  // floor (its `priority` is the level's). Levels without one are read from
+  // their head.
+  std::vector<IndexPosition> levels;
+  // (a) above, in no order.
+  std::vector<std::int64_t> pinned;
+  // S, as pg_snapshot text ("xmin:xmax:xip,..."); empty with no levels.
+  std::string snapshot;
+  // pg_postmaster_start_time() of the server S was taken on: a floor is
+  // used only on the same server (a promoted standby or a restored backup
+  // has transaction ids of another history).
+  std::string server_started;
+
+  bool empty() const { return levels.empty(); }
+  void clear() { *this = ClaimFloor{}; }
+  // The floor of `priority`'s level, if it has one.
+  const IndexPosition* LevelFloor(std::int32_t priority) const;
+  // True when `p` is at or before its level's floor.
+  bool Covers(const IndexPosition& p) const;
+};
+
+// At most this many levels keep a floor (the highest), and a floor with more
+// pinned rows than kMaxPinned is dropped: each level costs the window reads
+// an index range of their own, and pinned rows are read by id every claim.
+inline constexpr std::size_t kMaxFloorLevels = 8;
+inline constexpr std::size_t kMaxPinned = 1024;
+
+// What one claim learnt, for the next floor.
+struct ClaimKnowledge {
+  // The floor the claim read with (empty: it read from the heads).
+  const ClaimFloor* old_floor = nullptr;
+  // Every queued, ready row at or below old_floor that the claim read with
+  // it: the rows of (a) and (b).
+  std::span<const ReadyRow> below;
+  // Every row the claim's reads returned (the planner's rows, those it
+  // passed over included).
+  std::span<const ReadyRow> read;
+  // How far the reads knew the queue (ClaimPlanner::Known).
+  KnownPrefix known;
+  // Rows the claim took out of the queue (claimed or failed, committed);
+  // none for a dry run.
+  const std::unordered_set<std::int64_t>* taken = nullptr;
+  // The snapshot taken before the claim's first read and the server's start.
+  std::string snapshot;
+  std::string server_started;
+};
+
+// The floor after a claim. Each level whose every ready row the claim knew
+// (all of it up to ClaimKnowledge::known) gets its last known row as floor;
+// the level of known.through gets that position; a floor is never lowered;
+// levels the claim did not reach keep theirs, now for the new snapshot
+// (their rows of (a) and (b) were read as `below`). Pinned: every known row
+// at or below the new floors that the claim did not take. Empty when the
+// result would pin more than kMaxPinned rows.
+ClaimFloor NextClaimFloor(const ClaimKnowledge& k);
+
+// pg_snapshot text ("xmin:xmax:xip,..."): the transactions it does not see
+// are those in progress (xip) and those from xmax on.
+struct SnapshotXids {
+  std::uint64_t xmin = 0;
+  std::uint64_t xmax = 0;
+  std::vector<std::uint64_t> in_progress;
+};
+// nullopt when `snapshot` is not pg_snapshot text.
+std::optional<SnapshotXids> ParseSnapshot(std::string_view snapshot);
+
+// Whether `floor`, set on an earlier claim, may serve a claim whose first
+// statement ran on the server started at `server_started` with the snapshot
+// `snapshot`: the same server, and transaction ids that did not go back.
+bool FloorUsable(const ClaimFloor& floor, std::string_view snapshot, std::string_view server_started);
+
+}  // namespace akadzed
