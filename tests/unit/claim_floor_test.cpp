@@ -1,0 +1,146 @@
+// ClaimFloor (daemon/claim/claim_floor.h): the next floor from what a claim
+// knew, by rule, and the snapshot text it holds for. The floor's reads
+// against PostgreSQL are checked by differential_tests [floor].
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "claim/claim_floor.h"
+
+namespace akadzed {
+namespace {
+
+ReadyRow Row(std::int64_t id, std::int32_t priority, std::int64_t run_at_us,
+             std::optional<std::string> key = std::nullopt) {
+  ReadyRow r;
+  r.id = id;
+  r.priority = priority;
+  r.run_at_us = run_at_us;
+  r.effective = priority;
+  r.limit_key = std::move(key);
+  return r;
+}
+
+IndexPosition At(std::int32_t priority, std::int64_t run_at_us, std::int64_t id) {
+  return IndexPosition{priority, run_at_us, id};
+}
+
+ClaimFloor Next(const ClaimFloor* old, const std::vector<ReadyRow>& below, const std::vector<ReadyRow>& read,
+                KnownPrefix known, const std::unordered_set<std::int64_t>& taken) {
+  ClaimKnowledge k;
+  k.old_floor = old;
+  k.below = below;
+  k.read = read;
+  k.known = known;
+  k.taken = &taken;
+  k.snapshot = "10:12:10";
+  k.server_started = "s1";
+  return NextClaimFloor(k);
+}
+
+TEST_CASE("claim floor: a claim that took the head of one level sets the floor at the known prefix",
+          "[claim_floor]") {
+  const std::vector<ReadyRow> read = {Row(1, 0, 100), Row(2, 0, 200), Row(3, 0, 300), Row(4, 0, 400)};
+  // Read up to row 4, took 1 and 2: the floor is the frontier, 3 and 4 pinned.
+  ClaimFloor f = Next(nullptr, {}, read, KnownPrefix{false, At(0, 400, 4)}, {1, 2});
+  REQUIRE(f.levels.size() == 1);
+  CHECK(f.levels[0] == At(0, 400, 4));
+  CHECK(f.pinned == std::vector<std::int64_t>{3, 4});
+  CHECK(f.snapshot == "10:12:10");
+  CHECK(f.server_started == "s1");
+  CHECK(f.Covers(At(0, 400, 4)));
+  CHECK_FALSE(f.Covers(At(0, 400, 5)));
+  CHECK_FALSE(f.Covers(At(1, 0, 1)));  // another level: none
+}
+
+TEST_CASE("claim floor: levels wholly known get their last row; the frontier's level the frontier",
+          "[claim_floor]") {
+  const std::vector<ReadyRow> read = {Row(1, 5, 100), Row(2, 5, 900), Row(3, 2, 50), Row(4, 0, 10)};
+  // Known up to row 3 (level 2): level 5 wholly, level 2 to row 3; row 4
+  // (level 0) lies after the known prefix and gives no floor.
+  ClaimFloor f = Next(nullptr, {}, read, KnownPrefix{false, At(2, 50, 3)}, {1, 2, 3});
+  REQUIRE(f.levels.size() == 2);
+  CHECK(f.levels[0] == At(5, 900, 2));
+  CHECK(f.levels[1] == At(2, 50, 3));
+  CHECK(f.pinned.empty());
+  // Exhausted: every level known, up to its last row.
+  ClaimFloor whole = Next(nullptr, {}, read, KnownPrefix{true, std::nullopt}, {1});
+  REQUIRE(whole.levels.size() == 3);
+  CHECK(whole.levels[2] == At(0, 10, 4));
+  CHECK(whole.pinned == std::vector<std::int64_t>{2, 3, 4});
+}
+
+TEST_CASE("claim floor: never lowered, kept for levels not reached, their rows below pinned", "[claim_floor]") {
+  ClaimFloor old;
+  old.levels = {At(3, 500, 50), At(0, 700, 70)};
+  old.snapshot = "1:2:";
+  old.server_started = "s1";
+  // Rows below the old floors: one released into level 0 (not taken), one
+  // into level 3 (taken).
+  const std::vector<ReadyRow> below = {Row(40, 3, 100), Row(60, 0, 100)};
+  // The claim read level 3 only up to a row before its old floor.
+  const std::vector<ReadyRow> read = {Row(40, 3, 100)};
+  ClaimFloor f = Next(&old, below, read, KnownPrefix{false, At(3, 100, 40)}, {40});
+  REQUIRE(f.levels.size() == 2);
+  CHECK(f.levels[0] == At(3, 500, 50));  // not lowered to row 40
+  CHECK(f.levels[1] == At(0, 700, 70));  // not reached: kept
+  CHECK(f.pinned == std::vector<std::int64_t>{60});
+  CHECK(f.snapshot == "10:12:10");  // now for the new snapshot
+}
+
+TEST_CASE("claim floor: nothing known keeps the old floors; no floor from nothing", "[claim_floor]") {
+  CHECK(Next(nullptr, {}, {Row(1, 0, 1)}, KnownPrefix{}, {1}).empty());
+  ClaimFloor old;
+  old.levels = {At(0, 700, 70)};
+  ClaimFloor f = Next(&old, {}, {Row(1, 0, 1)}, KnownPrefix{}, {1});
+  REQUIRE(f.levels.size() == 1);
+  CHECK(f.levels[0] == At(0, 700, 70));
+}
+
+TEST_CASE("claim floor: at most 8 levels (the highest), and too many pinned rows drop it", "[claim_floor]") {
+  std::vector<ReadyRow> read;
+  for (int p = 0; p < 12; ++p) read.push_back(Row(p + 1, p, 100));
+  ClaimFloor f = Next(nullptr, {}, read, KnownPrefix{true, std::nullopt}, {});
+  REQUIRE(f.levels.size() == kMaxFloorLevels);
+  CHECK(f.levels.front().priority == 11);
+  CHECK(f.levels.back().priority == 4);
+  CHECK(f.pinned.size() == kMaxFloorLevels);  // rows of the dropped levels are not pinned
+
+  std::vector<ReadyRow> many;
+  for (std::int64_t i = 1; i <= static_cast<std::int64_t>(kMaxPinned) + 1; ++i) many.push_back(Row(i, 0, i));
+  CHECK(Next(nullptr, {}, many, KnownPrefix{true, std::nullopt}, {}).empty());
+  many.pop_back();
+  CHECK(Next(nullptr, {}, many, KnownPrefix{true, std::nullopt}, {}).pinned.size() == kMaxPinned);
+}
+
+TEST_CASE("claim floor: pg_snapshot text, and when a floor may serve", "[claim_floor]") {
+  auto s = ParseSnapshot("767:770:767,769");
+  REQUIRE(s);
+  CHECK(s->xmin == 767);
+  CHECK(s->xmax == 770);
+  CHECK(s->in_progress == std::vector<std::uint64_t>{767, 769});
+  auto empty = ParseSnapshot("5:5:");
+  REQUIRE(empty);
+  CHECK(empty->in_progress.empty());
+  for (const char* bad : {"", "5", "5:6", "a:6:", "7:6:", "5:6:x", "5:6:1,", "5:6:,1", "-1:6:"}) {
+    INFO(bad);
+    CHECK_FALSE(ParseSnapshot(bad));
+  }
+  ClaimFloor f;
+  f.levels = {At(0, 1, 1)};
+  f.snapshot = "100:105:101";
+  f.server_started = "s1";
+  CHECK(FloorUsable(f, "103:110:", "s1"));
+  CHECK(FloorUsable(f, "100:105:", "s1"));
+  CHECK_FALSE(FloorUsable(f, "103:110:", "s2"));   // another server
+  CHECK_FALSE(FloorUsable(f, "90:104:", "s1"));    // transaction ids went back
+  CHECK_FALSE(FloorUsable(f, "garbage", "s1"));
+  CHECK_FALSE(FloorUsable(ClaimFloor{}, "103:110:", "s1"));
+}
+
+}  // namespace
+}  // namespace akadzed
