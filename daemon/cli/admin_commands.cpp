@@ -57,6 +57,26 @@ std::string Seconds(double s) {
   return out.str();
 }
 
+// The status's horizon section: the oldest holders, each named by what
+// identifies its kind (application_name, slot or gid), never a query.
+void PrintHorizon(const HorizonReport& h) {
+  std::cout << "\n== horizon: what holds back vacuum of akadze.jobs, oldest first ==\n"
+               "KIND\tPID\tNAME\tSTATE\tBACKEND_TYPE\tXACT_START\tAGE\tXID_AGE\n";
+  for (const HorizonHolder& x : h.holders) {
+    const std::optional<std::string>& name = x.slot_name ? x.slot_name : x.gid ? x.gid : x.application_name;
+    std::cout << x.kind << '\t' << Dash(x.pid) << '\t' << (name && !name->empty() ? *name : "-") << '\t'
+              << (x.hidden ? "(hidden)" : Dash(x.state)) << '\t' << Dash(x.backend_type) << '\t'
+              << Dash(x.xact_start) << '\t' << (x.age_seconds ? Seconds(*x.age_seconds) : "-") << '\t'
+              << x.xid_age << '\n';
+  }
+  if (h.holders_total > static_cast<std::int64_t>(h.holders.size())) {
+    std::cout << "(" << h.holders_total - static_cast<std::int64_t>(h.holders.size()) << " more holders)\n";
+  }
+  if (!h.stats_visible) {
+    std::cout << "(this role cannot see other roles' sessions: grant it pg_read_all_stats, docs/security.md)\n";
+  }
+}
+
 void PrintJobText(const JobRow& j) {
   std::cout << "id: " << j.id << "\ntask: " << j.task << "\nqueue: " << j.queue
             << "\nstate: " << JobStateName(j.state) << "\npriority: " << j.priority
@@ -382,7 +402,7 @@ void AddWorkers(CLI::App& app, Action& action) {
 // as the JSON /api/status serves (web/report_json.h).
 void AddStatus(CLI::App& app, Action& action) {
   auto o = std::make_shared<AdminOptions>();
-  CLI::App* status = app.add_subcommand("status", "One screen: queues, limits in use, workers, failures");
+  CLI::App* status = app.add_subcommand("status", "One screen: queues, limits in use, workers, failures, the horizon");
   AddDatabaseOption(status, o->url);
   status->add_flag("--json", o->json, "Print one JSON object");
   status->callback([&action, o] {
@@ -429,6 +449,7 @@ void AddStatus(CLI::App& app, Action& action) {
           std::cout << f.id << '\t' << f.task << '\t' << f.queue << '\t' << f.attempt << '/' << f.max_attempts
                     << '\t' << Dash(f.finished_at) << '\t' << Dash(f.error_kind) << '\n';
         }
+        PrintHorizon(report.horizon);
         std::cout << std::flush;
       });
     };

@@ -228,6 +228,15 @@ class Reader {
           Fail(*stall, "must be at least 100ms, got " + FormatDuration(config.database.stall_timeout_us));
         }
       }
+      if (const Item* warn = Find(fields, "horizon_warn_after")) {
+        const std::optional<std::int64_t> micros =
+            warn->node.IsScalar() ? ParseDuration(warn->node.Scalar()) : std::nullopt;
+        const bool off = warn->node.IsScalar() && warn->node.Scalar() == "off";
+        if (!micros && !off) {
+          Fail(*warn, "expected a duration such as 5m or 1h, or off, got " + Describe(warn->node));
+        }
+        config.database.horizon_warn_after_us = off ? 0 : *micros;
+      }
     }
     const Item* worker = Find(top, "worker");
     if (worker) config.worker = Worker(*worker);

@@ -39,6 +39,10 @@ struct DatabaseConfig {
   // at most this long for its queue's claim lock before it retries.
   // 100 ms .. heartbeat_ttl; when not set, 5 s or heartbeat_ttl / 2 if less.
   std::int64_t stall_timeout_us = 5'000'000;
+  // A warning once per episode when something has held back the database's
+  // MVCC horizon longer than this (metrics/horizon_watch.h); 0 ("off" or
+  // 0s in the file): no warning.
+  std::int64_t horizon_warn_after_us = 300'000'000;
 };
 
 struct WorkerConfig {

@@ -58,6 +58,7 @@ const ConfigKey kKeys[] = {
 
     {"database", "url", kRestart, [](Config a, Config b) { return a.database.url != b.database.url; }},
     {"database", "stall_timeout", kRestart, [](Config a, Config b) { return a.database.stall_timeout_us != b.database.stall_timeout_us; }},
+    {"database", "horizon_warn_after", kRestart, [](Config a, Config b) { return a.database.horizon_warn_after_us != b.database.horizon_warn_after_us; }},
 
     {"worker", "heartbeat_interval", kRestart, [](Config a, Config b) { return a.worker.heartbeat_interval_us != b.worker.heartbeat_interval_us; }},
     {"worker", "heartbeat_ttl", kRestart, [](Config a, Config b) { return a.worker.heartbeat_ttl_us != b.worker.heartbeat_ttl_us; }},

@@ -1,5 +1,6 @@
 #include "metrics/db_gauges.h"
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -9,13 +10,21 @@
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
 #include "schema/migrations.h"
+#include "store/horizon.h"
 
 namespace akadzed {
 
 DbGauges::DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaugeOptions options)
     : session_(std::move(conninfo), "akadzed metrics"),
       queues_(std::move(queues)),
-      options_(options) {}
+      options_(options),
+      horizon_watch_(options.horizon_warn_after) {}
+
+std::chrono::milliseconds HorizonCheckInterval(std::chrono::microseconds warn_after) {
+  using std::chrono::milliseconds;
+  return std::clamp(std::chrono::duration_cast<milliseconds>(warn_after / 4), milliseconds(1000),
+                    milliseconds(30000));
+}
 
 DbGauges::~DbGauges() { Stop(); }
 
@@ -40,15 +49,32 @@ std::shared_ptr<const DbGauges::Snapshot> DbGauges::Fresh() {
 
 void DbGauges::Loop() {
   bool failing = false;
+  const bool check_horizon = options_.horizon_warn_after.count() > 0;
+  const std::chrono::milliseconds interval = HorizonCheckInterval(options_.horizon_warn_after);
+  ServiceClock::time_point next_check = loop_.clock().Now();  // the first check at once
   for (;;) {
     std::uint64_t goal;
+    bool scrape_waits;
     {
       MutexLock lock(loop_.mu());
-      loop_.Wait(lock, [&]() REQUIRES(loop_.mu()) { return requested_ > completed_; });
+      const auto asked = [&]() REQUIRES(loop_.mu()) { return requested_ > completed_; };
+      if (!check_horizon) {
+        loop_.Wait(lock, asked);
+      } else if (const ServiceClock::time_point now = loop_.clock().Now(); now < next_check) {
+        loop_.WaitFor(lock, std::chrono::duration_cast<ServiceLoop::Duration>(next_check - now), asked);
+      }
       if (loop_.stop_requested_locked()) return;
       goal = requested_;
+      scrape_waits = asked();
+    }
+    if (!scrape_waits) {  // the horizon check's time came first
+      CheckHorizon();
+      next_check = loop_.clock().Now() + interval;
+      loop_.MarkRound();
+      continue;
     }
     auto snapshot = std::make_shared<Snapshot>(Read());
+    if (snapshot->horizon_read) next_check = loop_.clock().Now() + interval;  // it was checked
     // One line when reads start or stop failing, not one per scrape.
     const std::string& problem = !snapshot->error.empty() ? snapshot->error : snapshot->schema_problem;
     if (!problem.empty() && !failing) {
@@ -77,6 +103,14 @@ DbGauges::Snapshot DbGauges::Read() {
       s.schema_problem = SchemaMismatch(conn);
       if (!s.schema_problem.empty()) return;  // the tables may not be there: read nothing
       try {
+        // The horizon first: it matters most when akadze.jobs is bloated
+        // and the gauges' statements below run into their timeout.
+        const HorizonReport horizon = ReadHorizon(conn, {.max_holders = options_.max_horizon_holders});
+        s.jobs_dead_tuples = ReadJobsDeadTuples(conn);
+        s.horizon = horizon_watch_.Observe(horizon);
+        s.horizon_holders = horizon.holders_total;
+        s.stats_visible = horizon.stats_visible;
+        s.horizon_read = true;
         s.queues = ListQueues(conn);
         s.limits = ListLimitKeysInUse(conn, options_.max_limit_keys, &s.limit_keys);
         s.held = ListHeldLimitKeys(conn, options_.max_limit_keys, &s.held_keys);
@@ -104,7 +138,9 @@ void DbGauges::Write(ExpositionWriter& out) {
   out.Gauge("akadzed_ready",
             "1 when /readyz answers 200: the database answers with the schema this akadzed needs",
             ready ? 1 : 0);
-  if (!ready || !s->gauges_read) return;
+  if (!ready) return;
+  if (s->horizon_read) WriteHorizon(out, *s);
+  if (!s->gauges_read) return;
 
   // The configured queues first (at 0 without jobs), then the others the
   // database has, by name, up to max_queues.
@@ -173,6 +209,52 @@ void DbGauges::Write(ExpositionWriter& out) {
   for (const HeldLimitKey& h : s->held) {
     out.Sample("akadzed_limit_held_jobs", {{"key", h.key}}, static_cast<double>(h.queued));
   }
+}
+
+void DbGauges::CheckHorizon() {
+  try {
+    const HorizonReport horizon = session_.Run([&](pg::Connection& conn) {
+      pg::Transaction tx(conn, "BEGIN READ ONLY");
+      tx.exec(fmt::format("SET LOCAL statement_timeout = {}", options_.statement_timeout.count()));
+      HorizonReport report = ReadHorizon(conn, {.max_holders = options_.max_horizon_holders});
+      tx.commit();
+      return report;
+    });
+    horizon_watch_.Observe(horizon);
+    if (horizon_failing_) spdlog::info("horizon_check_ok");
+    horizon_failing_ = false;
+  } catch (const std::exception& e) {
+    // One line when checks start failing; a read failed is no holder ended.
+    if (!horizon_failing_) {
+      spdlog::warn("horizon_check_failed | {}", OneLine(RedactSecrets(e.what(), session_.conninfo())));
+    }
+    horizon_failing_ = true;
+  }
+}
+
+void DbGauges::WriteHorizon(ExpositionWriter& out, const Snapshot& s) const {
+  out.Gauge("akadzed_db_horizon_age_seconds",
+            "How long the oldest holder has held back the xmin horizon of akadzed's database (vacuum "
+            "removes no row version dead since), 0 when none: a transaction's or prepared "
+            "transaction's age; for a replication slot, a walsender's hot_standby_feedback or, "
+            "without pg_read_all_stats, another role's session, the time since this daemon first saw "
+            "it hold the same xmin (docs/operations.md)",
+            s.horizon ? s.horizon->held_seconds : 0);
+  out.Gauge("akadzed_db_horizon_xid_age",
+            "Transactions since the xmin the oldest holder of the horizon holds (age(xmin)), 0 when none",
+            s.horizon ? static_cast<double>(s.horizon->holder.xid_age) : 0);
+  out.Gauge("akadzed_db_horizon_holders",
+            "Sessions, replication slots and prepared transactions holding back the horizon (those "
+            "with a known start only when older than 1s)",
+            static_cast<double>(s.horizon_holders));
+  out.Gauge("akadzed_db_stats_visible",
+            "1 when akadzed's role sees other roles' sessions in pg_stat_activity (pg_read_all_stats); "
+            "0: their holds are timed only from when this daemon first saw them (docs/security.md)",
+            s.stats_visible ? 1 : 0);
+  out.Family("akadzed_db_dead_tuples",
+             "Dead row versions of the table by PostgreSQL's statistics (pg_stat_user_tables.n_dead_tup)",
+             "gauge");
+  out.Sample("akadzed_db_dead_tuples", {{"table", "jobs"}}, static_cast<double>(s.jobs_dead_tuples));
 }
 
 std::optional<std::string> DbGauges::NotReady() {

@@ -11,6 +11,13 @@
 // still served), and the error is counted (akadzed_database_errors_total,
 // through the pg layer).
 //
+// What holds back the database's horizon (store/horizon.h) is read with the
+// gauges, and fed to the horizon warning (metrics/horizon_watch.h) on the
+// reader thread. With `horizon_warn_after` set, the thread also reads it by
+// itself (that statement only) every HorizonCheckInterval(), so the warning
+// does not wait for a scrape; the daemon then starts the reader even with
+// the listener disabled.
+//
 // Thread-safety: Start/Stop from the owner; Write and NotReady from any
 // thread (they share the latest read under a mutex).
 #pragma once
@@ -23,6 +30,7 @@
 #include <vector>
 
 #include "metrics/exposition_writer.h"
+#include "metrics/horizon_watch.h"
 #include "runtime/db_session.h"
 #include "core/thread_annotations.h"
 #include "runtime/service_loop.h"
@@ -37,7 +45,14 @@ struct DbGaugeOptions {
   std::chrono::milliseconds statement_timeout{2000};  // per statement of a read
   std::size_t max_queues = 1000;                      // queues exported (by name)
   std::size_t max_limit_keys = 1000;                  // limit keys exported (busiest first)
+  // database.horizon_warn_after; 0: no warning, no reads between scrapes.
+  std::chrono::microseconds horizon_warn_after{0};
+  std::size_t max_horizon_holders = 20;  // holders read (their held ages tracked), oldest first
 };
+
+// How often the reader checks the horizon by itself: a quarter of the
+// bound, from 1 s to 30 s.
+std::chrono::milliseconds HorizonCheckInterval(std::chrono::microseconds warn_after);
 
 class DbGauges {
  public:
@@ -68,16 +83,26 @@ class DbGauges {
     std::int64_t limit_keys = 0;      // all keys in use, also beyond the cap
     std::vector<HeldLimitKey> held;   // at most max_limit_keys, most queued first
     std::int64_t held_keys = 0;       // all held keys, also beyond the cap
+    bool horizon_read = false;        // the horizon's statements answered
+    std::optional<HorizonWatch::Oldest> horizon;  // its oldest holder; none: nothing holds it
+    std::int64_t horizon_holders = 0;
+    bool stats_visible = false;
+    std::int64_t jobs_dead_tuples = 0;
   };
   // The latest read if it started within max_age (after waiting up to
   // `wait` for one); nullptr when none came in time.
   std::shared_ptr<const Snapshot> Fresh();
   void Loop();
   Snapshot Read();
+  // The horizon only, between scrapes (horizon_warn_after set).
+  void CheckHorizon();
+  void WriteHorizon(ExpositionWriter& out, const Snapshot& s) const;
 
   DbSession session_;  // used by the reader thread only
   const std::vector<std::string> queues_;
   const DbGaugeOptions options_;
+  HorizonWatch horizon_watch_;    // the reader thread's
+  bool horizon_failing_ = false;  // the reader thread's: the last CheckHorizon failed
   // The reader thread, its stop, and the mutex (loop_.mu()) guarding:
   ServiceLoop loop_;
   std::shared_ptr<const Snapshot> latest_ GUARDED_BY(loop_.mu());

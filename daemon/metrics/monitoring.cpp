@@ -10,15 +10,19 @@
 namespace akadzed {
 
 Monitoring::Monitoring(const MetricsConfig& config, const std::string& conninfo,
-                       const std::vector<std::string>& queues)
+                       const std::vector<std::string>& queues,
+                       std::chrono::microseconds horizon_warn_after)
     : config_(config),
       worker_metrics_(registry_, queues),
       db_errors_(std::make_shared<DatabaseErrorCounter>()) {
   registry_.AddCollector([this](ExpositionWriter& out) { WriteDaemonGauges(out); });
   registry_.AddCollector([this](ExpositionWriter& out) { db_errors_->Write(out); });
   registry_.AddCollector([](ExpositionWriter& out) { WriteProcessMetrics(out); });
+  if (config_.enabled || horizon_warn_after.count() > 0) {
+    db_gauges_ = std::make_unique<DbGauges>(conninfo, queues,
+                                            DbGaugeOptions{.horizon_warn_after = horizon_warn_after});
+  }
   if (config_.enabled) {
-    db_gauges_ = std::make_unique<DbGauges>(conninfo, queues);
     registry_.AddCollector([this](ExpositionWriter& out) { db_gauges_->Write(out); });
     server_ = std::make_unique<MetricsServer>();
   }
@@ -36,8 +40,8 @@ void Monitoring::Bind() {
 
 void Monitoring::Start(Probes probes) {
   probes_ = std::move(probes);
+  if (db_gauges_) db_gauges_->Start();
   if (!server_) return;
-  db_gauges_->Start();
   server_->Serve({
       .metrics = [this] { return registry_.Render(); },
       .unhealthy = [this] { return probes_.stalled_loop ? probes_.stalled_loop() : std::nullopt; },

@@ -7,14 +7,16 @@
 // DatabaseErrorCounter as the pg layer's ErrorObserver and removes it when
 // destroyed.
 //
-// With `metrics.enabled: false` nothing listens and the database is not
-// read; the in-process families are still recorded (it is cheap).
+// With `metrics.enabled: false` nothing listens and the database is read
+// only for the horizon warning (database.horizon_warn_after, DbGauges); the
+// in-process families are still recorded (it is cheap).
 //
 // Thread-safety: construct, Bind, Start and Stop from the owner (the
 // daemon's main thread); worker_metrics() may be used from any thread. The
 // probes passed to Start are called on the listener's threads.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -48,8 +50,9 @@ class Monitoring {
     std::function<HttpReply(const HttpRequest&)> pages;
   };
 
+  // `horizon_warn_after`: database.horizon_warn_after (0: off).
   Monitoring(const MetricsConfig& config, const std::string& conninfo,
-             const std::vector<std::string>& queues);
+             const std::vector<std::string>& queues, std::chrono::microseconds horizon_warn_after);
   ~Monitoring();
   Monitoring(const Monitoring&) = delete;
   Monitoring& operator=(const Monitoring&) = delete;
@@ -61,7 +64,8 @@ class Monitoring {
   // Opens the listener's socket; a no-op when disabled. Throws
   // std::runtime_error with one line (see MetricsServer::Bind).
   void Bind();
-  // Serves /metrics, /healthz and /readyz; a no-op when disabled.
+  // Serves /metrics, /healthz and /readyz; when disabled, starts only the
+  // database reader, if the horizon warning needs it.
   void Start(Probes probes);
   // Stops the listener, then the database reader. Idempotent.
   void Stop();
@@ -73,7 +77,7 @@ class Monitoring {
   MetricsRegistry registry_;
   WorkerMetrics worker_metrics_;
   std::shared_ptr<DatabaseErrorCounter> db_errors_;  // shared with the pg layer
-  std::unique_ptr<DbGauges> db_gauges_;   // when enabled
+  std::unique_ptr<DbGauges> db_gauges_;   // when enabled or the horizon warning is on
   std::unique_ptr<MetricsServer> server_; // when enabled
   Probes probes_;  // set by Start before the listener's threads run
 };

@@ -171,6 +171,7 @@ StatusReport ReadStatusReport(pg::Connection& conn, const StatusReportOptions& o
   report.held_keys =
       ListHeldLimitKeys(conn, options.max_held_keys, &report.held_keys_total, options.count_cap);
   report.workers = ListWorkers(conn);
+  report.horizon = ReadHorizon(conn);
   tx.commit();
   return report;
 }

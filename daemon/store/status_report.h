@@ -25,6 +25,9 @@
 //   workers           ListWorkers
 //   recent failures   jobs_failed_finished_idx, newest first (rows without
 //                     finished_at left out)
+//   horizon           what holds back the database's MVCC horizon
+//                     (store/horizon.h): the oldest holders, by PostgreSQL's
+//                     own times (no daemon's first-seen times here)
 //
 // Job args and results are never read.
 //
@@ -42,6 +45,7 @@
 #include <vector>
 
 #include "pg/connection.h"
+#include "store/horizon.h"
 #include "store/job_admin.h"
 #include "store/limits_table.h"
 
@@ -97,6 +101,7 @@ struct StatusReport {
   std::int64_t held_keys_total = 0;
   std::vector<WorkerRow> workers;
   std::vector<RecentFailure> recent_failures;
+  HorizonReport horizon;
 };
 
 // Reads the report in one READ ONLY transaction (statement_timeout per

@@ -36,6 +36,30 @@ json QueueStatusJson(const QueueStatus& q) {
           {"finished_per_minute", std::move(minutes)}};
 }
 
+json HorizonJson(const HorizonReport& h) {
+  json holders = json::array();
+  for (const HorizonHolder& x : h.holders) {
+    holders.push_back({{"kind", x.kind},
+                       {"pid", Opt(x.pid)},
+                       {"application_name", Opt(x.application_name)},
+                       {"state", Opt(x.state)},
+                       {"backend_type", Opt(x.backend_type)},
+                       {"database", Opt(x.database)},
+                       {"slot_name", Opt(x.slot_name)},
+                       {"slot_type", Opt(x.slot_type)},
+                       {"gid", Opt(x.gid)},
+                       {"owner", Opt(x.owner)},
+                       {"xact_start", Opt(x.xact_start)},
+                       {"backend_start", Opt(x.backend_start)},
+                       {"query_start", Opt(x.query_start)},
+                       {"age_seconds", Opt(x.age_seconds)},
+                       {"xmin", x.xmin},
+                       {"xid_age", x.xid_age},
+                       {"hidden", x.hidden}});
+  }
+  return {{"holders", std::move(holders)}, {"holders_total", h.holders_total}, {"stats_visible", h.stats_visible}};
+}
+
 }  // namespace
 
 json JobJson(const JobRow& j, JobDetail detail) {
@@ -85,6 +109,7 @@ json StatusJson(const StatusReport& report, bool actions_enabled) {
               {"held_keys_total", report.held_keys_total},
               {"workers", json::array()},
               {"recent_failures", json::array()},
+              {"horizon", HorizonJson(report.horizon)},
               {"actions", {{"enabled", actions_enabled}}}};
   for (const QueueStatus& q : report.queues) out["queues"].push_back(QueueStatusJson(q));
   for (const LimitUse& l : report.limits) out["limits"].push_back(LimitJson(l));

@@ -121,7 +121,8 @@ struct Daemon::Services {
         identity(Identity(config)),
         // Metrics and health (metrics/monitoring.h); the finisher and the
         // runners record into it, so it outlives them.
-        monitoring(config.metrics, conninfo, identity.queues),
+        monitoring(config.metrics, conninfo, identity.queues,
+                   std::chrono::microseconds(config.database.horizon_warn_after_us)),
         // Every daemon transaction is bounded (database.stall_timeout), and
         // the lease ends early enough for every handler to be dead before a
         // rescue.

@@ -500,6 +500,7 @@ TEST_CASE("admin workers list and status", "[admin]") {
                     {"held_keys_total", 0},
                     {"workers", json::array()},
                     {"recent_failures", json::array()},
+                    {"horizon", {{"holders", json::array()}, {"holders_total", 0}, {"stats_visible", true}}},
                     {"actions", {{"enabled", false}}}});
     CHECK(empty.OkJson({"workers", "list", "--json"}) == json::array());
   }

@@ -73,6 +73,10 @@ json Steady(json status) {
     q.erase("oldest_ready_age_seconds");
     q.erase("finished_per_minute");
   }
+  for (json& h : status["horizon"]["holders"]) {
+    h.erase("age_seconds");
+    h.erase("xid_age");
+  }
   return status;
 }
 

@@ -109,6 +109,7 @@ TEST_CASE("a reload finds each changed restart key, and only that one", "[config
       {"hooks", {"", "hooks: [{name: h, sql: SELECT 1}]\n"}},
       {"database.url", {"", "database: {url: 'host=elsewhere'}\n"}},
       {"database.stall_timeout", {"database: {stall_timeout: 1s}\n", "database: {stall_timeout: 2s}\n"}},
+      {"database.horizon_warn_after", {"", "database: {horizon_warn_after: off}\n"}},
       {"worker.heartbeat_interval", {"", "worker: {heartbeat_interval: 4s}\n"}},
       {"worker.heartbeat_ttl", {"", "worker: {heartbeat_ttl: 40s}\n"}},
       {"worker.poll_interval", {"", "worker: {poll_interval: 2s}\n"}},

@@ -238,7 +238,7 @@ TEST_CASE("unknown keys are rejected at every level", "[config]") {
         "F:3: worker.heartbeat_intervall: unknown key (known: heartbeat_interval, heartbeat_ttl, "
         "poll_interval, shutdown_timeout, listen_notify, finish_batch_delay)");
   CHECK(ErrorOf(dir, "database: {host: x}\n" + kBase) ==
-        "F:1: database.host: unknown key (known: url, stall_timeout)");
+        "F:1: database.host: unknown key (known: url, stall_timeout, horizon_warn_after)");
   CHECK(ErrorOf(dir, "queues:\n  - name: a\n    slots: 1\n    weight: 2\nhandlers: {}\n") ==
         "F:4: queues[0].weight: unknown key (known: name, slots, prefetch, mode, aging, keep_succeeded)");
   CHECK(ErrorOf(dir, kBase + "  other:\n    shel: {command: [x]}\n") ==
@@ -371,6 +371,22 @@ TEST_CASE("database.stall_timeout: default, value and bounds", "[config]") {
         "F:1: database.stall_timeout: must be at least 100ms, got 50ms");
   CHECK(ErrorOf(dir, "database: {stall_timeout: 30s}\n" + kBase) ==
         "F:1: database.stall_timeout (30s) must be shorter than worker.heartbeat_ttl (30s)");
+}
+
+TEST_CASE("database.horizon_warn_after: 5m by default, a duration, 0s or off", "[config]") {
+  TempDir dir;
+  const std::string file = (dir.path() / "c.yaml").string();
+  CHECK(ParseConfig(kBase, file).database.horizon_warn_after_us == 300'000'000);
+  CHECK(ParseConfig("database: {horizon_warn_after: 90s}\n" + kBase, file).database.horizon_warn_after_us ==
+        90'000'000);
+  CHECK(ParseConfig("database: {horizon_warn_after: 0s}\n" + kBase, file).database.horizon_warn_after_us == 0);
+  CHECK(ParseConfig("database: {horizon_warn_after: off}\n" + kBase, file).database.horizon_warn_after_us == 0);
+  CHECK(ErrorOf(dir, "database: {horizon_warn_after: soon}\n" + kBase) ==
+        "F:1: database.horizon_warn_after: expected a duration such as 5m or 1h, or off, got \"soon\"");
+  CHECK(ErrorOf(dir, "database:\n  horizon_warn_after: [5m]\n" + kBase) ==
+        "F:2: database.horizon_warn_after: expected a duration such as 5m or 1h, or off, got a sequence");
+  CHECK(ErrorOf(dir, "database: {horizon_warn_after: false}\n" + kBase) ==
+        "F:1: database.horizon_warn_after: expected a duration such as 5m or 1h, or off, got \"false\"");
 }
 
 TEST_CASE("worker.finish_batch_delay is a duration from 0 to 1s", "[config]") {

@@ -276,7 +276,9 @@ std::vector<std::string> Arguments(const std::string& src, std::size_t at) {
 bool TextKey(const std::string& key) {
   static const std::vector<std::string> keys = {
       "task", "queue", "queues", "host", "config", "path",      "file",
-      "error", "name", "use",    "hook", "plugin", "limit_key", "lost_worker"};
+      "error", "name", "use",    "hook", "plugin", "limit_key", "lost_worker",
+      // the horizon's holders (metrics/horizon_watch.cpp)
+      "application_name", "backend_type", "database", "slot", "slot_type", "gid", "owner"};
   return std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 

@@ -181,6 +181,27 @@ function queueRows(status) {
   });
 }
 
+// What holds back vacuum of akadze.jobs (docs/status-page.md): each holder by
+// what identifies its kind, never a query.
+function horizonSection(horizon) {
+  const rows = horizon.holders.map((h) => el("tr", {},
+    el("td", {}, h.kind.replaceAll("_", " ")),
+    el("td", {class: "n"}, h.pid === null ? "—" : String(h.pid)),
+    el("td", {class: "name"}, h.slot_name || h.gid || h.application_name || "—"),
+    el("td", {}, h.hidden ? "(hidden)" : (h.state || "—")),
+    el("td", {}, h.backend_type || "—"),
+    el("td", {}, time(h.xact_start)),
+    el("td", {class: "n"}, h.age_seconds === null ? "unknown" : age(h.age_seconds)),
+    el("td", {class: "n"}, String(h.xid_age))));
+  const more = horizon.holders_total - horizon.holders.length;
+  return section("Database horizon (what holds back vacuum)",
+    table("horizon", ["holder", "pid", "name", "state", "backend type", "transaction started", "held for", "transactions since"],
+      rows, "nothing has held it back for more than a second"),
+    more > 0 ? el("p", {class: "muted"}, `${more} more holders`) : null,
+    horizon.stats_visible ? null : el("p", {class: "muted"},
+      "The daemon's role cannot see other roles' sessions (grant it pg_read_all_stats): their state and start are hidden."));
+}
+
 function renderOverview(status) {
   const queueHeaders = ["queue", "state", "ready", "scheduled", "running / cap", "oldest ready", "finished per minute, last hour"];
   if (status.actions.enabled) queueHeaders.push("");
@@ -206,6 +227,7 @@ function renderOverview(status) {
         el("td", {}, time(w.started_at)),
         el("td", {class: "n"}, age(w.heartbeat_age_seconds) + " ago"),
         el("td", {class: "n"}, String(w.running)))))),
+    horizonSection(status.horizon),
     section("Recent failures", table("failures", ["job", "task", "queue", "attempts", "finished", "error", "message"],
       status.recent_failures.map((f) => el("tr", {class: "failure"},
         el("td", {}, el("a", {href: "#/jobs/" + f.id}, "#" + f.id)),
