@@ -41,6 +41,31 @@ ClaimFloor NextClaimFloor(const ClaimKnowledge& k) {
     }
     if (k.known.through) raise(*k.known.through);
   }
+  // A level whose first known rows the claim took, then one it did not
+  // (the rest of a window it did not need, a key at its limit): its floor
+  // goes back to the last row taken before that one, if that is not below
+  // the old floor. Nothing at or below it is left to pin; the rows after
+  // it are read again from the index, as live rows, next time.
+  auto taken = [&](const ReadyRow& r) { return k.taken && k.taken->contains(r.id); };
+  std::vector<const ReadyRow*> known_rows;
+  for (const ReadyRow& r : k.below) known_rows.push_back(&r);
+  for (const ReadyRow& r : k.read) known_rows.push_back(&r);
+  std::sort(known_rows.begin(), known_rows.end(), [](const ReadyRow* a, const ReadyRow* b) {
+    return IndexBefore(a->index_position(), b->index_position());
+  });
+  for (auto& [priority, f] : floors) {
+    std::optional<IndexPosition> last_taken;
+    for (const ReadyRow* r : known_rows) {
+      const IndexPosition p = r->index_position();
+      if (p.priority != priority || IndexBefore(f, p)) continue;
+      if (!taken(*r)) {
+        const IndexPosition* old = k.old_floor ? k.old_floor->LevelFloor(priority) : nullptr;
+        if (last_taken && (!old || !IndexBefore(*last_taken, *old))) f = *last_taken;
+        break;
+      }
+      last_taken = p;
+    }
+  }
   ClaimFloor next;
   for (const auto& [priority, f] : floors) {
     if (next.levels.size() == kMaxFloorLevels) break;
@@ -49,8 +74,7 @@ ClaimFloor NextClaimFloor(const ClaimKnowledge& k) {
   if (next.levels.empty()) return next;
   std::unordered_set<std::int64_t> pinned;
   auto pin = [&](const ReadyRow& r) {
-    if (k.taken && k.taken->contains(r.id)) return;
-    if (next.Covers(r.index_position())) pinned.insert(r.id);
+    if (!taken(r) && next.Covers(r.index_position())) pinned.insert(r.id);
   };
   for (const ReadyRow& r : k.below) pin(r);
   for (const ReadyRow& r : k.read) pin(r);

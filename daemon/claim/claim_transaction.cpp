@@ -243,14 +243,21 @@ class ClaimRun {
     const pg::Params cap_params = pg::Params().add(request_.queue);
     pg::Result head;
     pg::Result cap;
+    // The dead entries' count before the claim's first read (ClaimResult::
+    // dead_index_entries), right after the head.
+    const pg::Statement dead = DeadEntriesStatement();
+    const pg::PipelinedStatement dead_before = {dead.sql, &dead.params(), dead.prepare()};
     if (request_.aging_us) {
       const pg::Statement levels = FindLevelsStatement(ctx_);
-      const pg::PipelinedStatement first[] = {
-          {HeadSql(), &head_params}, {kQueueCapSql, &cap_params}, {levels.sql, &levels.params()}};
+      const pg::PipelinedStatement first[] = {{HeadSql(), &head_params},
+                                              dead_before,
+                                              {kQueueCapSql, &cap_params},
+                                              {levels.sql, &levels.params()}};
       std::vector<pg::Result> got = tx_.pipeline(first);
       head = std::move(got[0]);
-      cap = std::move(got[1]);
-      levels_ = RowsFrom(got[2]);
+      dead_before_ = got[1].int64(0, 0);
+      cap = std::move(got[2]);
+      levels_ = RowsFrom(got[3]);
       // Each priority level is a stream of its own (within a level,
       // effective priority never increases), read only when the plan needs
       // it, usually for a few rows: its first window is `slots` rows.
@@ -269,17 +276,19 @@ class ClaimRun {
       std::optional<pg::Statement> below;
       if (floor_) below = BelowFloorStatement(ctx_, *floor_);
       const pg::Statement window = WindowReader::FirstStatement(ctx_, reads_.front(), floor_, unlocked_);
-      std::vector<pg::PipelinedStatement> first = {{HeadSql(), &head_params}, {kQueueCapSql, &cap_params}};
+      std::vector<pg::PipelinedStatement> first = {
+          {HeadSql(), &head_params}, dead_before, {kQueueCapSql, &cap_params}};
       if (floor_wanted_) first.push_back({snapshot.sql, &snapshot.params(), snapshot.prepare()});
       if (below) first.push_back({below->sql, &below->params(), below->prepare()});
       first.push_back({window.sql, &window.params(), window.prepare()});
       std::vector<pg::Result> got = tx_.pipeline(first);
       head = std::move(got[0]);
-      cap = std::move(got[1]);
+      dead_before_ = got[1].int64(0, 0);
+      cap = std::move(got[2]);
       pg::Result window_result = std::move(got.back());
       if (floor_wanted_) {
-        snapshot_ = std::string(got[2].text(0, 0));
-        server_started_ = std::string(got[2].text(0, 1));
+        snapshot_ = std::string(got[3].text(0, 0));
+        server_started_ = std::string(got[3].text(0, 1));
         if (floor_ && !FloorUsable(*floor_, snapshot_, server_started_)) {
           // Another server, or transaction ids that went back (a failover,
           // a restore): what the floor says of the rows below it is about
@@ -287,7 +296,7 @@ class ClaimRun {
           floor_ = nullptr;
           window_result = tx_.exec(WindowReader::FirstStatement(ctx_, reads_.front(), nullptr, unlocked_));
         } else if (floor_) {
-          below_ = RowsFrom(got[3]);
+          below_ = RowsFrom(got[4]);
           result().floor_levels = static_cast<int>(floor_->levels.size());
           result().rows_below_floor = static_cast<std::int64_t>(below_.size());
         }
@@ -471,6 +480,8 @@ class ClaimRun {
     params.add(round && round->waited_key() ? std::optional<std::string>(*round->waited_key()) : std::nullopt);
     std::vector<pg::PipelinedStatement> statements;
     if (round) round->AddStatements(statements);
+    const pg::Statement dead = DeadEntriesStatement();
+    statements.push_back({dead.sql, &dead.params(), dead.prepare()});
     statements.push_back({ClaimSql(), &params});
     std::vector<pg::Result> results;
     if (end_ == ClaimEnd::kCaller) {
@@ -480,6 +491,7 @@ class ClaimRun {
       outcome_.ended = true;
     }
     const pg::Result& claimed = results.back();
+    result().dead_index_entries = results[results.size() - 2].int64(0, 0) - dead_before_;
     if (round) {
       for (auto& [key, info] : round->Read(results, &result().keys_locked_elsewhere, &locked_keys_)) {
         SetKeyState(key, info);
@@ -605,11 +617,10 @@ class ClaimRun {
   // Ends the transaction when the claim owns its end and has not ended it.
   ClaimOutcome Finish() {
     if (end_ != ClaimEnd::kCaller && !outcome_.ended) {
-      if (end_ == ClaimEnd::kCommit) {
-        tx_.commit();
-      } else {
-        tx_.rollback();
-      }
+      const pg::Statement dead = DeadEntriesStatement();
+      const pg::PipelinedStatement last[] = {{dead.sql, &dead.params(), dead.prepare()}};
+      result().dead_index_entries =
+          tx_.end_after(last, end_ == ClaimEnd::kCommit).front().int64(0, 0) - dead_before_;
       outcome_.ended = true;
     }
     result().elapsed_ms = MillisecondsSince(started_);
@@ -631,6 +642,8 @@ class ClaimRun {
   const bool floor_wanted_;
   const ClaimFloor* floor_;
   std::vector<ReadyRow> below_;
+  // DeadEntriesStatement() before the first read.
+  std::int64_t dead_before_ = 0;
   std::string snapshot_;
   std::string server_started_;
   const ReadContext ctx_;
@@ -690,7 +703,7 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   }
   std::optional<ClaimFloor> next_floor;
   int windows = 0, keyed_windows = 0, lock_rounds = 0, keys_locked_elsewhere = 0, speculation_failures = 0;
-  std::int64_t rows_read = 0;
+  std::int64_t rows_read = 0, dead_index_entries = 0;
   // A claim that ended its transaction and found planned rows held or taken
   // by another transaction (an application's lock, an admin command) claimed
   // nothing: it runs again without those rows, as the claim would have
@@ -720,6 +733,7 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
     windows += result.windows;
     keyed_windows += result.keyed_windows;
     rows_read += result.rows_read;
+    dead_index_entries += result.dead_index_entries;
     lock_rounds += result.lock_rounds;
     keys_locked_elsewhere += result.keys_locked_elsewhere;
     if (!outcome.ended) {
@@ -748,6 +762,7 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   result.windows = windows;
   result.keyed_windows = keyed_windows;
   result.rows_read = rows_read;
+  result.dead_index_entries = dead_index_entries;
   result.lock_rounds = lock_rounds;
   result.keys_locked_elsewhere = keys_locked_elsewhere;
   result.speculation_failures = speculation_failures;

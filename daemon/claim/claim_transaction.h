@@ -130,6 +130,11 @@ struct ClaimResult {
   // their floor, and the rows read below them (pinned, or queued since).
   int floor_levels = 0;
   std::int64_t rows_below_floor = 0;
+  // Entries of jobs_claim_idx the claim's reads stepped over whose row
+  // version was dead (or not committed): what a held MVCC horizon costs it
+  // (DeadEntriesStatement). Counted when the claim ends its transaction
+  // (RunClaim), 0 otherwise.
+  std::int64_t dead_index_entries = 0;
   int keys_locked_elsewhere = 0; // keys skipped because another claim held them
   // RunClaim: claims that ended without a job because a key planned on its
   // count without locks was taken meanwhile, and ran again (docs/claim.md,

@@ -481,6 +481,13 @@ std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const R
   return out;
 }
 
+pg::Statement DeadEntriesStatement() {
+  Statement st;
+  st.sql = "SELECT (pg_stat_get_xact_tuples_returned('akadze.jobs_claim_idx'::regclass)"
+           " - pg_stat_get_xact_tuples_fetched('akadze.jobs_claim_idx'::regclass))::int8";
+  return st;
+}
+
 pg::Statement FloorSnapshotStatement() {
   Statement st;
   st.sql = "SELECT pg_current_snapshot()::text, pg_postmaster_start_time()::text";
@@ -504,14 +511,18 @@ pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floo
     r.push_back(f.run_at_us);
     i.push_back(f.id);
   }
-  // Each arm a range of one index (parameters, not expressions over the
-  // snapshot: a generic plan estimates those badly and scans the table).
+  // Each arm an index read a generic plan cannot turn into a walk of the
+  // queue: the range of transactions from xmax on, then one equality per
+  // in-progress transaction and per pinned id (a lateral lookup each, kept
+  // from being pulled up into a join by OFFSET 0: with an array parameter a
+  // generic plan hashes it and scans the queue's entries instead).
   const std::string base = "SELECT id, limit_key, priority, run_at FROM akadze.jobs WHERE queue = " + queue +
                            " AND " + kReadyJobSql;
-  st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + base + " AND queued_xid IS NOT NULL AND queued_xid >= " +
-           st.bind(std::to_string(xids.xmax)) + "::xid8) UNION (" + base +
-           " AND queued_xid IS NOT NULL AND queued_xid = ANY(" + st.bind_array(in_progress) + "::xid8[])) UNION (" +
-           base + " AND id = ANY(" + st.bind_array(floor.pinned) + "::int8[]))) w"
+  st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + base + " AND queued_xid >= " +
+           st.bind(std::to_string(xids.xmax)) + "::xid8) UNION (SELECT j.* FROM unnest(" +
+           st.bind_array(in_progress) + "::xid8[]) AS x(xid) CROSS JOIN LATERAL (" + base +
+           " AND queued_xid = x.xid OFFSET 0) j) UNION (SELECT j.* FROM unnest(" + st.bind_array(floor.pinned) +
+           "::int8[]) AS u(id) CROSS JOIN LATERAL (" + base + " AND id = u.id OFFSET 0) j)) w"
            " WHERE EXISTS (SELECT 1 FROM unnest(" + st.bind_array(p) + "::int[], " + st.bind_array(r) +
            "::int8[], " + st.bind_array(i) + "::int8[]) AS f(p, r, i)"
            " WHERE w.priority = f.p AND (w.run_at, w.id) <= (" + Timestamp("f.r") + ", f.i))"

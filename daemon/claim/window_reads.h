@@ -98,6 +98,15 @@ class WindowReader {
   const std::vector<ReadyRow> below_;  // index order
 };
 
+// A count that grows by one for each entry of jobs_claim_idx this backend's
+// reads returned whose row version was not visible (dead, or not
+// committed): index scans count every entry they return and every live row
+// they fetch through it, and the claim's window reads are plain index scans
+// (they read columns the index lacks). The counts are the backend's pending
+// statistics, flushed between transactions, never within one: the
+// difference between two reads in one transaction is what the statements
+// between them stepped over.
+pg::Statement DeadEntriesStatement();
 // The snapshot a claim's floor will hold for and the server's start
 // (claim_floor.h): sent before the claim's first read.
 pg::Statement FloorSnapshotStatement();

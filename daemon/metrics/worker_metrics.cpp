@@ -20,6 +20,11 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const std::vector<std::s
       claim_rows_read_(registry.AddCounter("akadzed_claim_rows_read_total",
                                            "Ready rows the claims' window reads returned, per queue",
                                            {"queue"})),
+      claim_dead_entries_(registry.AddCounter(
+          "akadzed_claim_dead_index_entries_total",
+          "Dead entries of jobs_claim_idx the claims' reads stepped over (versions a held MVCC horizon "
+          "keeps from vacuum), per queue",
+          {"queue"})),
       jobs_claimed_(registry.AddCounter("akadzed_jobs_claimed_total",
                                         "Jobs claimed by this daemon, per queue", {"queue"})),
       claims_capped_(registry.AddCounter(
@@ -46,6 +51,7 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const std::vector<std::s
   for (const std::string& queue : queues) {
     claim_duration_.Init({queue});
     claim_rows_read_.Init({queue});
+    claim_dead_entries_.Init({queue});
     jobs_claimed_.Init({queue});
     claims_capped_.Init({queue});
   }
@@ -54,6 +60,7 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const std::vector<std::s
 void WorkerMetrics::Claimed(const std::string& queue, const ClaimResult& result) {
   claim_duration_.Observe({queue}, result.elapsed_ms / 1000.0);
   claim_rows_read_.Add({queue}, static_cast<double>(result.rows_read));
+  claim_dead_entries_.Add({queue}, static_cast<double>(result.dead_index_entries));
   jobs_claimed_.Add({queue}, static_cast<double>(result.jobs.size()));
   if (result.capped) claims_capped_.Add({queue});
 }

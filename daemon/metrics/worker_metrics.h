@@ -46,6 +46,7 @@ class WorkerMetrics {
  private:
   HistogramFamily& claim_duration_;
   CounterFamily& claim_rows_read_;
+  CounterFamily& claim_dead_entries_;
   CounterFamily& jobs_claimed_;
   CounterFamily& claims_capped_;
   CounterFamily& job_outcomes_;

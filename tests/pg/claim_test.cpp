@@ -61,6 +61,50 @@ std::string State(pg::Connection& conn, std::int64_t id) {
       conn.exec("SELECT state FROM akadze.jobs WHERE id = $1", pg::Params().add(id)).text(0, 0));
 }
 
+TEST_CASE("while a snapshot holds the horizon, a claim with its queue's floor steps over no dead entry",
+          "[claim][floor]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection report = pg::Connection::Open(db);
+  conn.exec("INSERT INTO akadze.jobs (task, queue, run_at) SELECT 't', 'q', now() - interval '1 hour' +"
+            " g * interval '1 millisecond' FROM generate_series(1, 3000) g");
+  // Another session holds the horizon: no dead version can be removed.
+  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+  held.exec("SELECT count(*) FROM akadze.jobs");
+  ClaimFloor floor;
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 100;
+  r.floor = &floor;
+  std::int64_t first_id = 0;
+  for (int i = 0; i < 20; ++i) {
+    ClaimResult got = RunClaim(conn, r);
+    REQUIRE(got.jobs.size() == 100);
+    if (i == 0) first_id = got.jobs.front().id;
+    // Each claim starts past the last one's jobs: it steps over none of
+    // their dead entries.
+    INFO("claim " << i << ": dead entries " << got.dead_index_entries);
+    CHECK(got.dead_index_entries == 0);
+    if (i > 0) CHECK(got.floor_levels == 1);
+  }
+  REQUIRE_FALSE(floor.empty());
+  // Without the floor, a claim steps over all 2,000 the claims left.
+  ClaimRequest plain = r;
+  plain.floor = nullptr;
+  plain.dry_run = true;
+  ClaimResult head = RunClaim(conn, plain);
+  CHECK(head.dead_index_entries >= 2000);
+  // Released back with its run_at, the first job lands below the floor and
+  // is the next claim's first, as a read from the head finds it.
+  conn.exec("UPDATE akadze.jobs SET state = 'queued', worker_id = NULL WHERE id = $1", pg::Params().add(first_id));
+  ClaimResult next = RunClaim(conn, r);
+  REQUIRE_FALSE(next.jobs.empty());
+  CHECK(next.jobs.front().id == first_id);
+  CHECK(next.rows_below_floor == 1);
+  CHECK(next.dead_index_entries == 0);
+  held.rollback();
+}
+
 TEST_CASE("max_running=1: one running, the second waits, a keyless job is claimed",
           "[claim][limits]") {
   pg::Connection conn = pg::Connection::Open(test::FreshDatabase());

@@ -45,16 +45,31 @@ ClaimFloor Next(const ClaimFloor* old, const std::vector<ReadyRow>& below, const
 TEST_CASE("claim floor: a claim that took the head of one level sets the floor at the known prefix",
           "[claim_floor]") {
   const std::vector<ReadyRow> read = {Row(1, 0, 100), Row(2, 0, 200), Row(3, 0, 300), Row(4, 0, 400)};
-  // Read up to row 4, took 1 and 2: the floor is the frontier, 3 and 4 pinned.
-  ClaimFloor f = Next(nullptr, {}, read, KnownPrefix{false, At(0, 400, 4)}, {1, 2});
-  REQUIRE(f.levels.size() == 1);
-  CHECK(f.levels[0] == At(0, 400, 4));
-  CHECK(f.pinned == std::vector<std::int64_t>{3, 4});
-  CHECK(f.snapshot == "10:12:10");
-  CHECK(f.server_started == "s1");
-  CHECK(f.Covers(At(0, 400, 4)));
-  CHECK_FALSE(f.Covers(At(0, 400, 5)));
-  CHECK_FALSE(f.Covers(At(1, 0, 1)));  // another level: none
+  // Read up to row 4 and took them all: the floor is the frontier.
+  ClaimFloor all = Next(nullptr, {}, read, KnownPrefix{false, At(0, 400, 4)}, {1, 2, 3, 4});
+  REQUIRE(all.levels.size() == 1);
+  CHECK(all.levels[0] == At(0, 400, 4));
+  CHECK(all.pinned.empty());
+  CHECK(all.snapshot == "10:12:10");
+  CHECK(all.server_started == "s1");
+  CHECK(all.Covers(At(0, 400, 4)));
+  CHECK_FALSE(all.Covers(At(0, 400, 5)));
+  CHECK_FALSE(all.Covers(At(1, 0, 1)));  // another level: none
+  // Took 1 and 2 only: the floor goes back to row 2, nothing pinned (3 and
+  // 4 are read from the index again).
+  ClaimFloor head = Next(nullptr, {}, read, KnownPrefix{false, At(0, 400, 4)}, {1, 2});
+  REQUIRE(head.levels.size() == 1);
+  CHECK(head.levels[0] == At(0, 200, 2));
+  CHECK(head.pinned.empty());
+  // Took 1 and 3 (2 passed over: locked elsewhere, a key at its limit):
+  // the floor goes back to row 1 only.
+  ClaimFloor gap = Next(nullptr, {}, read, KnownPrefix{false, At(0, 400, 4)}, {1, 3});
+  CHECK(gap.levels[0] == At(0, 100, 1));
+  CHECK(gap.pinned.empty());
+  // Took nothing (a dry run): the floor at the frontier, every row pinned.
+  ClaimFloor dry = Next(nullptr, {}, read, KnownPrefix{false, At(0, 400, 4)}, {});
+  CHECK(dry.levels[0] == At(0, 400, 4));
+  CHECK(dry.pinned == std::vector<std::int64_t>{1, 2, 3, 4});
 }
 
 TEST_CASE("claim floor: levels wholly known get their last row; the frontier's level the frontier",
@@ -67,11 +82,13 @@ TEST_CASE("claim floor: levels wholly known get their last row; the frontier's l
   CHECK(f.levels[0] == At(5, 900, 2));
   CHECK(f.levels[1] == At(2, 50, 3));
   CHECK(f.pinned.empty());
-  // Exhausted: every level known, up to its last row.
+  // Exhausted: every level known, up to its last row; level 5 back to row
+  // 1, the last taken before row 2.
   ClaimFloor whole = Next(nullptr, {}, read, KnownPrefix{true, std::nullopt}, {1});
   REQUIRE(whole.levels.size() == 3);
+  CHECK(whole.levels[0] == At(5, 100, 1));
   CHECK(whole.levels[2] == At(0, 10, 4));
-  CHECK(whole.pinned == std::vector<std::int64_t>{2, 3, 4});
+  CHECK(whole.pinned == std::vector<std::int64_t>{3, 4});
 }
 
 TEST_CASE("claim floor: never lowered, kept for levels not reached, their rows below pinned", "[claim_floor]") {
@@ -82,7 +99,9 @@ TEST_CASE("claim floor: never lowered, kept for levels not reached, their rows b
   // Rows below the old floors: one released into level 0 (not taken), one
   // into level 3 (taken).
   const std::vector<ReadyRow> below = {Row(40, 3, 100), Row(60, 0, 100)};
-  // The claim read level 3 only up to a row before its old floor.
+  // The claim read level 3 only up to a row before its old floor. Level 0's
+  // released row is not taken and lies below the old floor, which is kept:
+  // the floor never goes back below an old one.
   const std::vector<ReadyRow> read = {Row(40, 3, 100)};
   ClaimFloor f = Next(&old, below, read, KnownPrefix{false, At(3, 100, 40)}, {40});
   REQUIRE(f.levels.size() == 2);
