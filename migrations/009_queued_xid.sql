@@ -21,20 +21,21 @@
 -- Rows queued before this migration keep NULL and are not in the index:
 -- they were there before any floor was set, so no claim needs to find them
 -- this way. Adding a column without a default and then setting the default
--- rewrites nothing; the index holds queued rows only.
+-- rewrites nothing; the index holds queued rows only. Names are qualified
+-- with pg_catalog: the trigger runs with the writer's search_path.
 ALTER TABLE akadze.jobs ADD COLUMN queued_xid xid8;
-ALTER TABLE akadze.jobs ALTER COLUMN queued_xid SET DEFAULT pg_current_xact_id();
+ALTER TABLE akadze.jobs ALTER COLUMN queued_xid SET DEFAULT pg_catalog.pg_current_xact_id();
 
 CREATE FUNCTION akadze.jobs_set_queued_xid() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    NEW.queued_xid := pg_current_xact_id();
+    NEW.queued_xid := pg_catalog.pg_current_xact_id();
     RETURN NEW;
 END $$;
 
 -- An INSERT calls the function only when it named a value of its own: the
 -- default already wrote the right one.
 CREATE TRIGGER jobs_queued_xid_insert BEFORE INSERT ON akadze.jobs FOR EACH ROW
-    WHEN (NEW.state = 'queued' AND NEW.queued_xid IS DISTINCT FROM pg_current_xact_id())
+    WHEN (NEW.state = 'queued' AND NEW.queued_xid IS DISTINCT FROM pg_catalog.pg_current_xact_id())
     EXECUTE FUNCTION akadze.jobs_set_queued_xid();
 -- A claim (queued -> running) or a finish does not call it; a transition to
 -- queued, or an UPDATE of a queued row, does.
