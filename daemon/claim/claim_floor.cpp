@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <iterator>
 #include <map>
 
 namespace akadzed {
@@ -84,6 +85,27 @@ ClaimFloor NextClaimFloor(const ClaimKnowledge& k) {
   next.snapshot = k.snapshot;
   next.server_started = k.server_started;
   return next;
+}
+
+void MergeBelowFloor(const WindowRead& read, std::span<const ReadyRow> below, std::vector<ReadyRow>& rows,
+                     bool& exhausted) {
+  std::vector<ReadyRow> mine;
+  const std::unordered_set<std::string> skipped(read.skip_keys.begin(), read.skip_keys.end());
+  for (const ReadyRow& r : below) {
+    if (read.after && !IndexBefore(*read.after, r.index_position())) continue;
+    if (r.limit_key ? skipped.contains(*r.limit_key) : read.skip_null_key) continue;
+    mine.push_back(r);
+  }
+  if (mine.empty()) return;
+  std::vector<ReadyRow> merged;
+  merged.reserve(rows.size() + mine.size());
+  std::merge(rows.begin(), rows.end(), mine.begin(), mine.end(), std::back_inserter(merged),
+             [](const ReadyRow& a, const ReadyRow& b) { return IndexBefore(a.index_position(), b.index_position()); });
+  if (static_cast<std::int64_t>(merged.size()) > read.limit) {
+    merged.resize(static_cast<std::size_t>(read.limit));
+    exhausted = false;
+  }
+  rows = std::move(merged);
 }
 
 std::optional<SnapshotXids> ParseSnapshot(std::string_view snapshot) {

@@ -105,6 +105,15 @@ struct ClaimKnowledge {
 // result would pin more than kMaxPinned rows.
 ClaimFloor NextClaimFloor(const ClaimKnowledge& k);
 
+// A window read past the floors (`rows`, in index order, at most
+// read.limit, `exhausted` when fewer came back), with the rows below the
+// floors (`below`, in index order) that belong in it: after read.after, of a
+// group the read does not skip. What comes out is the window a read from
+// the heads returns: below the floors every queued, ready row is one of
+// `below`, and above them the read is the same.
+void MergeBelowFloor(const WindowRead& read, std::span<const ReadyRow> below, std::vector<ReadyRow>& rows,
+                     bool& exhausted);
+
 // pg_snapshot text ("xmin:xmax:xip,..."): the transactions it does not see
 // are those in progress (xip) and those from xmax on.
 struct SnapshotXids {

@@ -1,7 +1,6 @@
 #include "claim/window_reads.h"
 
 #include <algorithm>
-#include <iterator>
 #include <unordered_set>
 #include <utility>
 
@@ -357,34 +356,9 @@ WindowReader::Window WindowReader::FromResult(const WindowRead& read, const pg::
   w.rows = ToRows(result);
   TakeUnlockedCounts(result, kRowColumns, counts);
   w.exhausted = static_cast<std::int64_t>(w.rows.size()) < read.limit;
-  if (floor_) MergeBelowFloor(read, w);
+  if (floor_) MergeBelowFloor(read, below_, w.rows, w.exhausted);
   last_window_ = w.rows;
   return w;
-}
-
-// The window read past the floors, with the rows below them that belong
-// in it: after read.after, of a group the read does not skip, in index
-// order, at most read.limit. Together they are the window a read from the
-// heads would have returned: below the floors, every row queued and ready
-// is one of below_ (claim_floor.h).
-void WindowReader::MergeBelowFloor(const WindowRead& read, Window& w) const {
-  std::vector<ReadyRow> mine;
-  const std::unordered_set<std::string> skipped(read.skip_keys.begin(), read.skip_keys.end());
-  for (const ReadyRow& r : below_) {
-    if (read.after && !IndexBefore(*read.after, r.index_position())) continue;
-    if (r.limit_key ? skipped.contains(*r.limit_key) : read.skip_null_key) continue;
-    mine.push_back(r);
-  }
-  if (mine.empty()) return;
-  std::vector<ReadyRow> merged;
-  merged.reserve(w.rows.size() + mine.size());
-  std::merge(w.rows.begin(), w.rows.end(), mine.begin(), mine.end(), std::back_inserter(merged),
-             [](const ReadyRow& a, const ReadyRow& b) { return IndexBefore(a.index_position(), b.index_position()); });
-  if (static_cast<std::int64_t>(merged.size()) > read.limit) {
-    merged.resize(static_cast<std::size_t>(read.limit));
-    w.exhausted = false;
-  }
-  w.rows = std::move(merged);
 }
 
 bool WindowReader::UseKeyed(const WindowRead& read) {

@@ -84,8 +84,6 @@ class WindowReader {
   // Whether `read` goes through KeyedWindow (enumerating the keys the first
   // time). Once a claim reads keyed, it stays keyed.
   bool UseKeyed(const WindowRead& read);
-  // Adds to `w` (read past the floors) the rows below them that it holds.
-  void MergeBelowFloor(const WindowRead& read, Window& w) const;
 
   pg::Transaction& tx_;
   const ReadContext& ctx_;
