@@ -186,6 +186,8 @@ async function waitFor(condition, everyMs, timeoutMs, what) {
 
 const liveChildren = new Set();
 process.on("exit", () => liveChildren.forEach((child) => child.kill("SIGKILL")));
+// Interrupted: the children go too (through the exit handler).
+for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => process.exit(128 + os.constants.signals[signal]));
 
 function startChild(argv, env, name, readyText) {
   const child = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
@@ -294,8 +296,6 @@ const akadzed = {
   backlogSql: `SELECT count(*)::int8 AS n FROM akadze.jobs WHERE queue = 'bench' AND state = 'queued' AND run_at <= now()`,
   async prepare(db) {
     execFileSync(process.env.AKADZED_BIN, ["migrate", "--database-url", conninfo(this.database)], { stdio: "ignore" });
-    await db.query(`${TAG} TRUNCATE akadze.jobs, akadze.limit_starts`);
-    await db.query(`${TAG} DELETE FROM akadze.limits`);
     if (keys > 0) {
       await db.query(`${TAG} INSERT INTO akadze.limits (key, max_running, max_starts, starts_window)
                        SELECT 'k' || i, 4, 10, interval '1 second' FROM generate_series(0, $1::int - 1) AS i`, [keys]);
@@ -417,7 +417,6 @@ function graphile(admin) {
       const pool = poolWithHandlers(this.database);
       await runMigrations({ pgPool: pool });
       await pool.end();
-      await db.query(`${TAG} DELETE FROM graphile_worker._private_jobs`);
     },
     start: peerRun("graphile", ["graphile", String(opts["graphile-mode"]), String(opts["graphile-concurrency"])], "graphile", admin),
     async producer() {
@@ -449,7 +448,6 @@ function pgboss(admin) {
       const boss = new PgBoss({ ...connection(this.database), schedule: false, supervise: false });
       boss.on("error", (e) => console.error(`pg-boss error: ${e.message}`));
       await boss.start();
-      await boss.deleteQueue("noop").catch(() => {});
       await boss.createQueue("noop");
       await boss.stop({ graceful: false, wait: true });
     },
@@ -486,7 +484,6 @@ async function deadVersions(db, schema) {
 async function runSystem(admin, sys, pgstattuple) {
   const db = await connect(sys.database);
   await sys.prepare(db);
-  await db.query(`${TAG} VACUUM ANALYZE`);
   await admin.query(`${TAG} CHECKPOINT`);
   await admin.query(`${TAG} SELECT pg_stat_statements_reset()`);
   const run = await sys.start(db);
@@ -560,7 +557,7 @@ async function runSystem(admin, sys, pgstattuple) {
       const w = {
         t: Math.round(now),
         // By the window's end (0.5 s of slack for the loop's lateness).
-        phase: held ? "held" : now > durationS + 0.5 ? "drain" : released ? "after" : "fresh",
+        phase: held ? "held" : now > durationS + 0.5 ? "drain" : released ? "after" : holdS > 0 ? "fresh" : "run",
         started,
         p50: percentile(latencies, 50),
         p99: percentile(latencies, 99),
@@ -646,10 +643,12 @@ async function main() {
   const systems = { akadzed, graphile: graphile(admin), pgboss: pgboss(admin) };
   let pgstattuple = true;
   for (const name of only) {
+    // A new database for each system, as a new user's: no statistics from an
+    // ANALYZE of an empty table (a plan for an empty table, kept until
+    // autovacuum's first ANALYZE, made akadzed's first minute slow).
     const db = systems[name].database;
-    if ((await admin.query(`${TAG} SELECT 1 FROM pg_database WHERE datname = $1`, [db])).rows.length === 0) {
-      await admin.query(`${TAG} CREATE DATABASE ${db}`);
-    }
+    await admin.query(`${TAG} DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
+    await admin.query(`${TAG} CREATE DATABASE ${db}`);
     const c = await connect(db);
     try {
       await c.query(`${TAG} CREATE EXTENSION IF NOT EXISTS pgstattuple`);

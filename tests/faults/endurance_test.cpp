@@ -23,9 +23,10 @@
 //     --slots 50 --mode M --dry-run --repeat 21` (taken right after the
 //     latency window, never during it: a dry run holds the queue's claim
 //     lock, which the daemon's claims wait for);
-//   - enqueue-to-start p50/p99 of the jobs created in the window (the last
-//     15 s before the dry runs): the plugin's wall clock when handle() began
-//     against the job's created_at (the enqueuing transaction's start);
+//   - enqueue-to-start p50/p99 of the jobs whose handler began in the window
+//     (the last 15 s before the dry runs): the plugin's wall clock when
+//     handle() began against the job's created_at (the enqueuing
+//     transaction's start);
 //   - the ready backlog (queued jobs whose run_at has come), sampled every
 //     second;
 //   - printed only: the daemon's own mean claim time over the window (its
@@ -308,8 +309,7 @@ struct PhaseFigures {
   double dry_run_wall_ms = NAN;   // the whole `akadzed claim --dry-run --repeat` process
   double daemon_claim_ms = NAN;   // the daemon's mean claim over the window
   double p50_ms = NAN, p99_ms = NAN, max_ms = NAN;
-  std::int64_t latency_jobs = 0;
-  std::int64_t unstarted = 0;     // created in the window, never started
+  std::int64_t latency_jobs = 0;  // jobs whose handler began in the window
   std::map<std::string, double> statements_ms;  // printed only
 };
 
@@ -331,7 +331,15 @@ struct VariantRun {
   Window fresh_window, held_window;
 };
 
+// When each daemon's /metrics was last scraped: its database gauges are
+// read again only by a scrape more than a second after the last read.
+std::map<int, Clock::time_point>& LastScrape() {
+  static std::map<int, Clock::time_point> last;
+  return last;
+}
+
 ClaimCounters ScrapeClaims(int port, const std::string& queue) {
+  LastScrape()[port] = Clock::now();
   HttpAnswer a = HttpGet(port, "/metrics");
   if (a.status != 200) throw std::runtime_error("GET /metrics: status " + std::to_string(a.status));
   PromExposition e = ParsePrometheusText(a.body);
@@ -376,6 +384,7 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   const int rate = EnvInt("AKADZED_ENDURANCE_RATE", 1000);
   REQUIRE(hold_s >= 3 * kWindowSeconds);
   REQUIRE(rate >= kTicksPerSecond);
+  REQUIRE(rate % kTicksPerSecond == 0);  // rate / 20 jobs a call
   const std::map<std::string, Variant> known{{"fair", Variant{"fair", "fair", false}},
                                              {"ordered", Variant{"ordered", "ordered", false}},
                                              {"keys", Variant{"keys", "fair", true}}};
@@ -543,7 +552,11 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
     f.statements_ms["heartbeat"] = TimeMs([&] { Heartbeat(probe, r.worker_id); });
     f.statements_ms["reconcile (running jobs by worker id)"] =
         TimeMs([&] { OwnedRunningJobs(probe, r.worker_id); });
+    // A scrape that reads the database gauges: 1.1 s after the last one (the
+    // gauges' cache period is what is waited out).
+    std::this_thread::sleep_until(LastScrape()[r.port] + 1100ms);
     f.statements_ms["/metrics scrape (database gauges)"] = TimeMs([&] { HttpGet(r.port, "/metrics"); }, 1);
+    LastScrape()[r.port] = Clock::now();
   };
   // The statements that are the database's, not one daemon's.
   std::map<std::string, double> shared_fresh, shared_held;
@@ -624,27 +637,28 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   }
 
   // ---- enqueue-to-start per window, from the plugin's records ----
-  std::unordered_map<std::int64_t, std::int64_t> started_us;
+  // The jobs whose handler began inside the window: a job created in it that
+  // was still queued at its end would wait out the dry runs that follow,
+  // which hold the claim lock. Jobs that never start are the backlog's and
+  // the drain's failures.
   for (auto& r : runs) {
-    std::ifstream in(r.record);
-    std::int64_t id = 0, us = 0;
-    while (in >> id >> us) started_us.emplace(id, us);  // the first start of each job
-  }
-  for (auto& r : runs) {
+    std::unordered_map<std::int64_t, std::int64_t> created_us;
+    pg::Result jobs = conn.exec(
+        "SELECT id, (extract(epoch FROM created_at) * 1000000)::int8 FROM akadze.jobs WHERE queue = $1",
+        pg::Params().add(r.v.name));
+    for (int i = 0; i < jobs.rows(); ++i) created_us.emplace(jobs.int64(i, 0), jobs.int64(i, 1));
+    std::vector<std::pair<std::int64_t, std::int64_t>> starts;  // job id, start (us)
+    {
+      std::ifstream in(r.record);
+      std::int64_t id = 0, us = 0;
+      while (in >> id >> us) starts.emplace_back(id, us);
+    }
     for (auto [w, f] : {std::pair{&r.fresh_window, &r.fresh}, std::pair{&r.held_window, &r.held}}) {
-      pg::Result jobs = conn.exec(
-          "SELECT id, (extract(epoch FROM created_at) * 1000000)::int8 FROM akadze.jobs"
-          " WHERE queue = $1 AND created_at >= to_timestamp($2::float8 / 1e6)"
-          " AND created_at < to_timestamp($3::float8 / 1e6)",
-          pg::Params().add(r.v.name).add(w->from_us).add(w->to_us));
       std::vector<double> ms;
-      for (int i = 0; i < jobs.rows(); ++i) {
-        auto it = started_us.find(jobs.int64(i, 0));
-        if (it == started_us.end()) {
-          ++f->unstarted;
-          continue;
-        }
-        ms.push_back(static_cast<double>(it->second - jobs.int64(i, 1)) / 1000.0);
+      for (auto [id, us] : starts) {
+        if (us < w->from_us || us >= w->to_us) continue;
+        auto it = created_us.find(id);
+        if (it != created_us.end()) ms.push_back(static_cast<double>(us - it->second) / 1000.0);
       }
       f->latency_jobs = static_cast<std::int64_t>(ms.size());
       f->p50_ms = Percentile(ms, 50);
@@ -661,7 +675,7 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   std::cout << "\nendurance figures (fresh -> end of a " << hold_s << " s hold), " << rate
             << " jobs/s per variant, slots " << kSlots << ":\n";
   std::cout << "| variant | warm claim ms (median of " << kDryRuns - 1
-            << ") | daemon's mean claim ms | p50 ms | p99 ms | max ms | jobs in window | max backlog | backlog rise over the last third |\n"
+            << ") | daemon's mean claim ms | p50 ms | p99 ms | max ms | jobs started in window | max backlog | backlog rise over the last third |\n"
             << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (auto& r : runs) {
     std::int64_t fresh_max = 0, held_max = 0;
@@ -690,9 +704,9 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
       broken.push_back(fmt::format("{}: p99 enqueue-to-start at the end of the hold {} ms > {} ms (2 x fresh {} ms + 10 ms)",
                                    r.v.name, Ms(r.held.p99_ms), Ms(p99_bound), Ms(r.fresh.p99_ms)));
     }
-    if (r.fresh.unstarted + r.held.unstarted > 0) {
-      broken.push_back(fmt::format("{}: {} jobs of the windows never started", r.v.name,
-                                   r.fresh.unstarted + r.held.unstarted));
+    if (r.fresh.latency_jobs == 0 || r.held.latency_jobs == 0) {
+      broken.push_back(fmt::format("{}: no job started in the {} window", r.v.name,
+                                   r.fresh.latency_jobs == 0 ? "fresh" : "held"));
     }
     if (held_max > 2 * rate) {
       broken.push_back(fmt::format("{}: the ready backlog reached {} during the hold > {} (2 s of arrivals)",
