@@ -13,7 +13,10 @@
 // of its first job and, for jobs whose payload has `enqueued_ms` (the
 // enqueuer's wall clock, ms with a fraction), the enqueue-to-start latency.
 // On SIGTERM it prints one JSON line {first_start_ms, jobs, latencies_ms}
-// and exits.
+// and exits. With $AKADZED_PEER_RECORD set (bench/endurance), it also
+// appends "<start_ms> <latency_ms>" for each such job to that file, written
+// every 100 ms, so that a driver can read the latencies while it runs.
+import fs from "node:fs";
 import { createRequire } from "node:module";
 import { performance } from "node:perf_hooks";
 
@@ -27,13 +30,26 @@ const connection = {
 
 const wallMs = () => performance.timeOrigin + performance.now();
 const stats = { first_start_ms: null, jobs: 0, latencies_ms: [] };
+const recordPath = process.env.AKADZED_PEER_RECORD;
+let recordLines = [];
+const flushRecord = () => {
+  if (recordPath && recordLines.length) {
+    fs.appendFileSync(recordPath, recordLines.join(""));
+    recordLines = [];
+  }
+};
+if (recordPath) setInterval(flushRecord, 100).unref();
 
 function started(payload) {
   const now = wallMs();
   if (stats.first_start_ms === null) stats.first_start_ms = now;
   stats.jobs += 1;
   if (payload && typeof payload.enqueued_ms === "number") {
-    stats.latencies_ms.push(now - payload.enqueued_ms);
+    const latency = now - payload.enqueued_ms;
+    // The endurance driver reads the record instead: a run of millions of
+    // jobs would keep millions of numbers here.
+    if (recordPath) recordLines.push(`${now.toFixed(3)} ${latency.toFixed(3)}\n`);
+    else stats.latencies_ms.push(latency);
   }
 }
 
@@ -87,6 +103,7 @@ if (system === "graphile") {
   process.exit(2);
 }
 process.on("SIGTERM", async () => {
+  flushRecord();
   process.stdout.write(JSON.stringify(stats) + "\n");
   try {
     await stop();
