@@ -4,7 +4,9 @@
 #include <charconv>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <map>
+#include <set>
 
 namespace akadzed {
 
@@ -31,14 +33,18 @@ ClaimFloor NextClaimFloor(const ClaimKnowledge& k) {
     if (!added && IndexBefore(it->second, p)) it->second = p;
   };
   // A level above known.through's is known whole (every ready row of it
-  // comes before that position): its last known row is its floor. Its rows
-  // that are not ready yet come after that row (their run_at is later than
-  // every ready row's), so they stay above the floor. known.through's own
-  // level is known up to that position.
+  // comes before that position), and so is every level once the reads
+  // were exhausted: its floor is (now, the largest id). Its rows that are
+  // not ready yet have a later run_at, so they stay above the floor.
+  // known.through's own level is known up to that position.
   if (k.known.whole || k.known.through) {
-    for (const ReadyRow& r : k.read) {
-      const IndexPosition p = r.index_position();
-      if (k.known.whole || !IndexBefore(*k.known.through, p)) raise(p);
+    std::set<std::int32_t> levels;
+    for (const auto& [priority, f] : floors) levels.insert(priority);
+    for (const ReadyRow& r : k.read) levels.insert(r.priority);
+    for (std::int32_t priority : levels) {
+      if (k.known.whole || priority > k.known.through->priority) {
+        raise(IndexPosition{priority, k.now_us, std::numeric_limits<std::int64_t>::max()});
+      }
     }
     if (k.known.through) raise(*k.known.through);
   }

@@ -94,15 +94,25 @@ struct ClaimKnowledge {
   // The snapshot taken before the claim's first read and the server's start.
   std::string snapshot;
   std::string server_started;
+  // The claim's now() as a run_at (microseconds since 2000-01-01 UTC): a
+  // row queued and ready in a level has run_at at or before it.
+  std::int64_t now_us = 0;
 };
 
-// The floor after a claim. Each level whose every ready row the claim knew
-// (all of it up to ClaimKnowledge::known) gets its last known row as floor;
-// the level of known.through gets that position; a floor is never lowered;
-// levels the claim did not reach keep theirs, now for the new snapshot
-// (their rows of (a) and (b) were read as `below`). Pinned: every known row
-// at or below the new floors that the claim did not take. Empty when the
-// result would pin more than kMaxPinned rows.
+// The floor after a claim. A level whose every ready row the claim knew
+// (one before known.through's, or every level when the reads were
+// exhausted) and that has a floor or a known row gets (now_us, the largest
+// id): every row it holds queued and ready was read, and a row with a later
+// run_at is not ready, so the dead entries of the jobs claimed since, by
+// anyone, lie below the new floor even when the claim found nothing. The
+// level of known.through gets that position. A floor is never lowered
+// below the old one; levels the claim did not reach keep theirs, now for
+// the new snapshot (their rows of (a) and (b) were read as `below`). Then a
+// level whose first known rows the claim took, up to one it did not, goes
+// back to the last row taken before it (when that is not below its old
+// floor): nothing at or below it is left to pin. Pinned: every known row
+// at or below the new floors that the claim did not take. Empty when that
+// would be more than kMaxPinned rows.
 ClaimFloor NextClaimFloor(const ClaimKnowledge& k);
 
 // A window read past the floors (`rows`, in index order, at most

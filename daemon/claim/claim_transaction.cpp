@@ -289,6 +289,7 @@ class ClaimRun {
       if (floor_wanted_) {
         snapshot_ = std::string(got[3].text(0, 0));
         server_started_ = std::string(got[3].text(0, 1));
+        now_us_ = got[3].int64(0, 2);
         if (floor_ && !FloorUsable(*floor_, snapshot_, server_started_)) {
           // Another server, or transaction ids that went back (a failover,
           // a restore): what the floor says of the rows below it is about
@@ -595,6 +596,7 @@ class ClaimRun {
     k.taken = &taken;
     k.snapshot = snapshot_;
     k.server_started = server_started_;
+    k.now_us = now_us_;
     return NextClaimFloor(k);
   }
 
@@ -646,6 +648,7 @@ class ClaimRun {
   std::int64_t dead_before_ = 0;
   std::string snapshot_;
   std::string server_started_;
+  std::int64_t now_us_ = 0;
   const ReadContext ctx_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   const std::int64_t round_trips_before_;

@@ -105,8 +105,8 @@ class WindowReader {
 // difference between two reads in one transaction is what the statements
 // between them stepped over.
 pg::Statement DeadEntriesStatement();
-// The snapshot a claim's floor will hold for and the server's start
-// (claim_floor.h): sent before the claim's first read.
+// The snapshot a claim's floor will hold for, the server's start and the
+// claim's now() as a run_at (claim_floor.h): sent before the first read.
 pg::Statement FloorSnapshotStatement();
 // The rows of `floor` that a claim must know (claim_floor.h), in index order.
 pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floor);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -29,6 +30,10 @@ IndexPosition At(std::int32_t priority, std::int64_t run_at_us, std::int64_t id)
   return IndexPosition{priority, run_at_us, id};
 }
 
+// The claims' now(): every row below is ready, run_at at or before it.
+constexpr std::int64_t kNow = 1000;
+constexpr std::int64_t kLastId = std::numeric_limits<std::int64_t>::max();
+
 ClaimFloor Next(const ClaimFloor* old, const std::vector<ReadyRow>& below, const std::vector<ReadyRow>& read,
                 KnownPrefix known, const std::unordered_set<std::int64_t>& taken) {
   ClaimKnowledge k;
@@ -39,6 +44,7 @@ ClaimFloor Next(const ClaimFloor* old, const std::vector<ReadyRow>& below, const
   k.taken = &taken;
   k.snapshot = "10:12:10";
   k.server_started = "s1";
+  k.now_us = kNow;
   return NextClaimFloor(k);
 }
 
@@ -72,23 +78,32 @@ TEST_CASE("claim floor: a claim that took the head of one level sets the floor a
   CHECK(dry.pinned == std::vector<std::int64_t>{1, 2, 3, 4});
 }
 
-TEST_CASE("claim floor: levels wholly known get their last row; the frontier's level the frontier",
-          "[claim_floor]") {
+TEST_CASE("claim floor: levels wholly known get now; the frontier's level the frontier", "[claim_floor]") {
   const std::vector<ReadyRow> read = {Row(1, 5, 100), Row(2, 5, 900), Row(3, 2, 50), Row(4, 0, 10)};
-  // Known up to row 3 (level 2): level 5 wholly, level 2 to row 3; row 4
-  // (level 0) lies after the known prefix and gives no floor.
+  // Known up to row 3 (level 2): level 5 wholly (every ready row of it was
+  // read: the floor is now), level 2 to row 3; row 4 (level 0) lies after
+  // the known prefix and gives no floor.
   ClaimFloor f = Next(nullptr, {}, read, KnownPrefix{false, At(2, 50, 3)}, {1, 2, 3});
   REQUIRE(f.levels.size() == 2);
-  CHECK(f.levels[0] == At(5, 900, 2));
+  CHECK(f.levels[0] == At(5, kNow, kLastId));
   CHECK(f.levels[1] == At(2, 50, 3));
   CHECK(f.pinned.empty());
-  // Exhausted: every level known, up to its last row; level 5 back to row
-  // 1, the last taken before row 2.
+  // Exhausted: every level known, up to now; level 5 back to row 1, the
+  // last taken before row 2; levels 2 and 0 keep now and pin their rows.
   ClaimFloor whole = Next(nullptr, {}, read, KnownPrefix{true, std::nullopt}, {1});
   REQUIRE(whole.levels.size() == 3);
   CHECK(whole.levels[0] == At(5, 100, 1));
-  CHECK(whole.levels[2] == At(0, 10, 4));
+  CHECK(whole.levels[1] == At(2, kNow, kLastId));
+  CHECK(whole.levels[2] == At(0, kNow, kLastId));
   CHECK(whole.pinned == std::vector<std::int64_t>{3, 4});
+  // Exhausted with nothing read (the queue had no ready row): a level with
+  // a floor moves up to now, past the jobs claimed since, by anyone.
+  ClaimFloor old;
+  old.levels = {At(0, 10, 4)};
+  ClaimFloor empty = Next(&old, {}, {}, KnownPrefix{true, std::nullopt}, {});
+  REQUIRE(empty.levels.size() == 1);
+  CHECK(empty.levels[0] == At(0, kNow, kLastId));
+  CHECK(empty.pinned.empty());
 }
 
 TEST_CASE("claim floor: never lowered, kept for levels not reached, their rows below pinned", "[claim_floor]") {
@@ -130,7 +145,7 @@ TEST_CASE("claim floor: at most 8 levels (the highest), and too many pinned rows
   CHECK(f.pinned.size() == kMaxFloorLevels);  // rows of the dropped levels are not pinned
 
   std::vector<ReadyRow> many;
-  for (std::int64_t i = 1; i <= static_cast<std::int64_t>(kMaxPinned) + 1; ++i) many.push_back(Row(i, 0, i));
+  for (std::int64_t i = 1; i <= static_cast<std::int64_t>(kMaxPinned) + 1; ++i) many.push_back(Row(i, 0, 1));
   CHECK(Next(nullptr, {}, many, KnownPrefix{true, std::nullopt}, {}).empty());
   many.pop_back();
   CHECK(Next(nullptr, {}, many, KnownPrefix{true, std::nullopt}, {}).pinned.size() == kMaxPinned);

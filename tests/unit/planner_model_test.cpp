@@ -443,6 +443,7 @@ void RunFloorSequence(std::uint64_t seed, std::int64_t* claims_with_below) {
     k.taken = &taken;
     k.snapshot = snapshot;
     k.server_started = "model";
+    k.now_us = now;
     floor = NextClaimFloor(k);
     // The transaction in flight ends after the claim: committed, or rolled
     // back (its rows gone).
