@@ -18,9 +18,9 @@
 -- puts there: on an INSERT that names another value, and on every UPDATE
 -- that leaves a row queued (a retry, a snooze, a release, a rescue, a
 -- requeue, by akadzed or by akadze's workers, or any hand-written UPDATE).
--- Rows queued before this migration keep NULL and are not in the index:
--- they were there before any floor was set, so no claim needs to find them
--- this way. Adding a column without a default and then setting the default
+-- Rows queued before this migration keep NULL (last in the index, after
+-- every transaction id): they were there before any floor was set, so no
+-- claim needs to find them this way. Adding a column without a default and then setting the default
 -- rewrites nothing; the index holds queued rows only. Names are qualified
 -- with pg_catalog: the trigger runs with the writer's search_path.
 ALTER TABLE akadze.jobs ADD COLUMN queued_xid xid8;
@@ -43,5 +43,4 @@ CREATE TRIGGER jobs_queued_xid_update BEFORE UPDATE ON akadze.jobs FOR EACH ROW
     WHEN (NEW.state = 'queued')
     EXECUTE FUNCTION akadze.jobs_set_queued_xid();
 
-CREATE INDEX jobs_queued_xid_idx ON akadze.jobs (queue, queued_xid)
-    WHERE state = 'queued' AND queued_xid IS NOT NULL;
+CREATE INDEX jobs_queued_xid_idx ON akadze.jobs (queue, queued_xid) WHERE state = 'queued';

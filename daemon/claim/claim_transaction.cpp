@@ -93,11 +93,18 @@ const std::string& ClaimSql() {
   static const std::string sql =
       "WITH fence AS (SELECT " + LeaseFenceSql(4) + " AS held),"
       " spec AS (" + SpeculativeKeysSql("$9::text[]", "$10::int8[]", "$11::text", "$3::text[]") + "),"
+      // One lookup by id per planned row: `(queue = $6) IS TRUE` is no
+      // index condition, so no index but jobs_pkey serves it. With
+      // `id = ANY($1) AND queue = $6` a generic plan read the queue's range
+      // of jobs_claim_key_idx and filtered it (the statistics count live
+      // rows), stepping over every dead entry a held horizon keeps: 12 ms
+      // at 60,000 (OFFSET 0 keeps the subquery a per-row lookup).
       " plan AS ("
-      "  SELECT id, run_count < 2147483647 AND attempt < 2147483647 AS runnable"
-      "  FROM akadze.jobs WHERE id = ANY($1::int8[]) AND queue = $6 AND id <> ALL($7::int8[]) AND " +
+      "  SELECT j.id, j.run_count < 2147483647 AND j.attempt < 2147483647 AS runnable"
+      "  FROM unnest($1::int8[]) AS u(id) CROSS JOIN LATERAL (SELECT id, run_count, attempt FROM akadze.jobs"
+      "   WHERE id = u.id AND (queue = $6) IS TRUE AND id <> ALL($7::int8[]) AND " +
       std::string(kReadyJobSql) +
-      "  AND (SELECT held FROM fence) AND (SELECT ok FROM spec) FOR UPDATE SKIP LOCKED),"
+      "   AND (SELECT held FROM fence) AND (SELECT ok FROM spec) OFFSET 0 FOR UPDATE SKIP LOCKED) j),"
       " missing AS (SELECT coalesce(array_agg(u.id), '{}') AS ids FROM unnest($1::int8[]) AS u(id)"
       "             WHERE NOT EXISTS (SELECT 1 FROM plan WHERE plan.id = u.id)),"
       " claimed AS ("
