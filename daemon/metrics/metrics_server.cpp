@@ -6,19 +6,17 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <system_error>
-#include <thread>
-#include <vector>
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include "core/redact.h"
 #include "core/thread_annotations.h"
+#include "runtime/service_loop.h"
 
 namespace akadzed {
 
@@ -34,9 +32,11 @@ class BoundHttpServer : public httplib::Server {
 
 namespace {
 
-// The listener's request threads, as httplib's TaskQueue. httplib's own
-// ThreadPool, when a thread cannot start (a pids limit, TasksMax),
-// throws from its constructor with the threads it did start still
+// The listener's request threads, as httplib's TaskQueue, on the service
+// kit: its ServiceLoop owns the threads (named "metrics http"), the mutex,
+// the condition and the stop; this adds only the queue of requests.
+// Not httplib's own ThreadPool: when a thread cannot start (a pids limit,
+// TasksMax) its constructor throws with the threads it did start still
 // joinable, and the process ends in std::terminate; and it is made on the
 // listening thread, where nothing can catch it. This one is made by
 // Serve() on the caller's thread, and a failure stops and joins the
@@ -46,43 +46,34 @@ class ServingThreads final : public httplib::TaskQueue {
  public:
   explicit ServingThreads(int count) {
     try {
-      for (int i = 0; i < count; ++i) threads_.emplace_back([this] { Work(); });
+      for (int i = 0; i < count; ++i) loop_.Start("metrics http", [this] { Work(); });
     } catch (...) {
-      shutdown();
+      loop_.Stop();
       throw;
     }
   }
-  ~ServingThreads() override { shutdown(); }
+  ~ServingThreads() override { loop_.Stop(); }
   ServingThreads(const ServingThreads&) = delete;
   ServingThreads& operator=(const ServingThreads&) = delete;
 
   void enqueue(std::function<void()> fn) override {
     {
-      MutexLock lock(mu_);
+      MutexLock lock(loop_.mu());
       tasks_.push_back(std::move(fn));
     }
-    cv_.notify_one();
+    loop_.Notify();
   }
 
   // Lets the tasks queued run, then joins every thread. Idempotent.
-  void shutdown() override {
-    {
-      MutexLock lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-  }
+  void shutdown() override { loop_.Stop(); }
 
  private:
   void Work() {
     for (;;) {
       std::function<void()> task;
       {
-        MutexLock lock(mu_);
-        cv_.wait(lock, [this]() NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !tasks_.empty(); });
+        MutexLock lock(loop_.mu());
+        loop_.Wait(lock, [this]() REQUIRES(loop_.mu()) { return !tasks_.empty(); });
         if (tasks_.empty()) return;  // stopping, nothing left
         task = std::move(tasks_.front());
         tasks_.pop_front();
@@ -91,11 +82,8 @@ class ServingThreads final : public httplib::TaskQueue {
     }
   }
 
-  Mutex mu_;
-  CondVar cv_;
-  std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
-  bool stopping_ GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;  // started by the constructor, joined by shutdown()
+  ServiceLoop loop_;
+  std::deque<std::function<void()>> tasks_ GUARDED_BY(loop_.mu());
 };
 
 constexpr const char* kTextPlain = "text/plain; charset=utf-8";
@@ -234,10 +222,28 @@ void MetricsServer::Serve(Endpoints endpoints) {
   auto threads = std::make_shared<std::unique_ptr<ServingThreads>>();
   try {
     *threads = std::make_unique<ServingThreads>(4);
-    server_->new_task_queue = [threads] { return threads->release(); };
-    thread_ = std::thread([this] {
-      if (!server_->listen_after_bind()) spdlog::error("metrics_stopped | the listener failed");
-      listen_returned_.store(true);
+    // httplib calls this on the listening thread just after its accept loop
+    // is marked running (from then on its stop() acts): the start Serve()
+    // waits for.
+    server_->new_task_queue = [this, threads] {
+      {
+        MutexLock lock(listener_.mu());
+        listening_ = true;
+      }
+      listener_.Notify();
+      return threads->release();
+    };
+    listener_.Start("metrics listen", [this] {
+      const bool ok = server_->listen_after_bind();
+      bool listened;
+      {
+        MutexLock lock(listener_.mu());
+        listen_returned_ = true;
+        listened = listening_;
+      }
+      listener_.Notify();
+      // An end before listening is Serve()'s to report.
+      if (!ok && listened) spdlog::error("metrics_stopped | the listener failed");
     });
   } catch (const std::system_error& e) {
     threads->reset();  // joins those that started
@@ -245,10 +251,19 @@ void MetricsServer::Serve(Endpoints endpoints) {
                              e.code().message() + " (a limit on threads: systemd's TasksMax, a pids cgroup?)");
   }
   serving_ = true;
-  // httplib's stop() only acts once the accept loop runs: wait for it, so
-  // that a Stop() right after Serve() cannot miss it.
-  while (!server_->is_running() && !listen_returned_.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // httplib's stop() does nothing until the accept loop runs: wait for it
+  // (or for the thread's end), so that a Stop() right after Serve() cannot
+  // miss it.
+  bool listening;
+  {
+    MutexLock lock(listener_.mu());
+    listener_.Wait(lock, [this]() REQUIRES(listener_.mu()) { return listening_ || listen_returned_; });
+    listening = listening_;
+  }
+  if (!listening) {
+    Stop();
+    threads->reset();  // never handed to httplib: joined here
+    throw std::runtime_error("metrics: the listener on " + address_ + " ended before it listened");
   }
   spdlog::info("metrics_listening address={}", address_);
   if (endpoints_.pages) spdlog::info("status_page url=http://{}/", address_);
@@ -257,7 +272,7 @@ void MetricsServer::Serve(Endpoints endpoints) {
 void MetricsServer::Stop() {
   if (serving_) {
     server_->stop();
-    if (thread_.joinable()) thread_.join();
+    listener_.Stop();
     serving_ = false;
   }
   server_->CloseUnserved();

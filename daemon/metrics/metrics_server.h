@@ -1,5 +1,6 @@
 // The HTTP listener of `akadzed run` (config `metrics:`), built on
-// cpp-httplib with a small thread pool:
+// cpp-httplib, its listening thread and request threads on the service kit
+// (runtime/service_loop.h):
 //   GET /metrics  the Prometheus text exposition format 0.0.4
 //   GET /healthz  200 "ok" while the daemon's loops are alive, else 503 and
 //                 one line naming the stalled loop
@@ -18,14 +19,14 @@
 // thread-safe.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "core/http_exchange.h"
+#include "core/thread_annotations.h"
+#include "runtime/service_loop.h"
 
 namespace akadzed {
 
@@ -51,22 +52,27 @@ class MetricsServer {
   void Bind(const std::string& host, int port);
   // host:port as bound (the real port when 0 was asked; [v6]:port).
   const std::string& address() const { return address_; }
-  // Starts answering requests (after Bind) and logs
+  // Starts answering requests (after Bind), returns once httplib's accept
+  // loop runs (so that a Stop() right after cannot miss it), and logs
   // `metrics_listening address=...`. Throws std::runtime_error with one
   // line when its threads cannot start ("metrics: cannot start the
   // listener's threads on ...: Resource temporarily unavailable ..."),
-  // having joined those that did.
-  void Serve(Endpoints endpoints);
+  // having joined those that did, or when the listener ended before it
+  // listened.
+  void Serve(Endpoints endpoints) EXCLUDES(listener_.mu());
   // Stops accepting, finishes the requests in flight and joins the threads;
   // closes a socket that was bound but never served. Idempotent.
-  void Stop();
+  void Stop() EXCLUDES(listener_.mu());
 
  private:
   std::unique_ptr<BoundHttpServer> server_;
   Endpoints endpoints_;
   std::string address_;
-  std::thread thread_;
-  std::atomic<bool> listen_returned_{false};  // set by thread_ when it ends
+  // The listening thread ("metrics listen"), and the mutex (listener_.mu())
+  // guarding what it tells Serve(), which waits for either:
+  ServiceLoop listener_;
+  bool listening_ GUARDED_BY(listener_.mu()) = false;        // httplib's accept loop runs
+  bool listen_returned_ GUARDED_BY(listener_.mu()) = false;  // the thread's listen ended
   bool serving_ = false;
 };
 

@@ -9,12 +9,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 
 #include <spdlog/sinks/base_sink.h>
+// base_sink's definitions: the compiled spdlog instantiates it only for
+// std::mutex and null_mutex, and this sink's lock is the annotated Mutex.
+#include <spdlog/sinks/base_sink-inl.h>
 #include <spdlog/spdlog.h>
 
 #include "core/config_error.h"
+#include "core/thread_annotations.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {
@@ -23,8 +26,8 @@ namespace {
 
 // Writes each formatted record with one write(2) to a descriptor: stderr,
 // or a log file this sink owns. Replace swaps the descriptor under the
-// sink's lock.
-class FdSink final : public spdlog::sinks::base_sink<std::mutex> {
+// sink's lock (base_sink's mutex_, which base_sink holds around sink_it_).
+class FdSink final : public spdlog::sinks::base_sink<Mutex> {
  public:
   explicit FdSink(int fd) : fd_(fd) {}
   ~FdSink() override { CloseOwned(); }
@@ -33,14 +36,14 @@ class FdSink final : public spdlog::sinks::base_sink<std::mutex> {
 
   // From now on writes go to `fd` (stderr, or a file this sink then owns);
   // the previous file is closed.
-  void Replace(int fd) {
-    std::lock_guard lock(mutex_);
+  void Replace(int fd) EXCLUDES(mutex_) {
+    MutexLock lock(mutex_);
     CloseOwned();
     fd_ = fd;
   }
 
  protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
+  void sink_it_(const spdlog::details::log_msg& msg) override REQUIRES(mutex_) {
     spdlog::memory_buf_t line;
     formatter_->format(msg, line);
     const char* data = line.data();
@@ -56,11 +59,11 @@ class FdSink final : public spdlog::sinks::base_sink<std::mutex> {
   void flush_() override {}
 
  private:
-  void CloseOwned() {
+  void CloseOwned() REQUIRES(mutex_) {
     if (fd_ != STDERR_FILENO) close(fd_);
   }
 
-  int fd_;  // guarded by mutex_
+  int fd_ GUARDED_BY(mutex_);
 };
 
 // The descriptor of `path` opened for appending, or -1 with errno set.
@@ -69,10 +72,10 @@ int OpenLogFile(const std::string& path) {
 }
 
 struct LogDestination {
-  std::mutex mu;
-  std::shared_ptr<spdlog::logger> logger;  // guarded by mu, as are the rest
-  std::shared_ptr<FdSink> sink;
-  std::string file;                        // "" = stderr
+  Mutex mu;
+  std::shared_ptr<spdlog::logger> logger GUARDED_BY(mu);
+  std::shared_ptr<FdSink> sink GUARDED_BY(mu);
+  std::string file GUARDED_BY(mu);  // "" = stderr
 };
 
 LogDestination& Destination() {
@@ -103,7 +106,7 @@ void ConfigureLogging(const LoggingConfig& config) {
   // but a formatter or descriptor swap takes the sink's lock and the level
   // is atomic.
   LogDestination& d = Destination();
-  std::lock_guard lock(d.mu);
+  MutexLock lock(d.mu);
   int open_error = 0;
   if (!d.logger) {
     int fd = STDERR_FILENO;
@@ -135,7 +138,7 @@ void ConfigureLogging(const LoggingConfig& config) {
 
 void ReopenLogFile() {
   LogDestination& d = Destination();
-  std::lock_guard lock(d.mu);
+  MutexLock lock(d.mu);
   if (!d.logger || d.file.empty()) return;
   int fd = OpenLogFile(d.file);
   if (fd < 0) {

@@ -1,6 +1,7 @@
 // The service kit: what every background loop of the daemon shares (the
 // finisher, the claim loops, the lease keeper, the pruner, the periodic
-// scheduler, the notify listener and the database gauges), in the spirit of
+// scheduler, the notify listener, the database gauges and the metrics
+// listener's threads), in the spirit of
 // River's startstop: one thread, one stop, the time of the last round for
 // the watchdog, an injected clock, and one error guard (RoundGuard) that
 // sorts a failed round into an outage, a COMMIT in doubt, an SQL error or

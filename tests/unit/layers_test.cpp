@@ -7,7 +7,10 @@
 // calls; it is a unit test, so it runs in every CI step that runs
 // unit_tests. A second check reads the sources' string literals: SQL on
 // akadze.* is written in the job store (store/), the claim (claim/) and the
-// migrations runner (schema/) only.
+// migrations runner (schema/) only. A third reads their code for the
+// service kit's rules: every mutex is the annotated Mutex of
+// core/thread_annotations.h (clang checks what it guards), and no thread
+// sleeps where it could wait on a condition.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -83,23 +86,41 @@ fs::path DaemonDir() { return fs::path(__FILE__).parent_path().parent_path().par
 // The room of a path relative to daemon/: its first component.
 std::string RoomOf(const fs::path& relative) { return relative.begin()->string(); }
 
+// Every C and C++ source under `daemon`, relative to it.
+std::vector<fs::path> Sources(const fs::path& daemon) {
+  std::vector<fs::path> sources;
+  for (const auto& entry : fs::recursive_directory_iterator(daemon)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string ext = entry.path().extension().string();
+    if (ext == ".h" || ext == ".cpp" || ext == ".c") {
+      sources.push_back(entry.path().lexically_relative(daemon));
+    }
+  }
+  return sources;
+}
+
+// The violations a checker found in the real daemon/, each as a line of
+// the failure's report: none expected.
+void CheckNone(const std::vector<Violation>& violations) {
+  for (const Violation& v : violations) {
+    UNSCOPED_INFO("daemon/" << v.file << ": " << v.include << ": " << v.why);
+  }
+  CHECK(violations.empty());
+}
+
 // Every `#include "room/..."` of every source under `daemon` that breaks the
 // layers, plus every room missing from Floors().
 std::vector<Violation> LayerViolations(const fs::path& daemon) {
   static const std::regex include_line(R"re(^\s*#\s*include\s*"([a-z_]+)/[^"]+")re");
   std::vector<Violation> violations;
-  for (const auto& entry : fs::recursive_directory_iterator(daemon)) {
-    if (!entry.is_regular_file()) continue;
-    const std::string ext = entry.path().extension().string();
-    if (ext != ".h" && ext != ".cpp" && ext != ".c") continue;
-    const fs::path relative = entry.path().lexically_relative(daemon);
+  for (const fs::path& relative : Sources(daemon)) {
     const std::string room = RoomOf(relative);
     const auto floor = Floors().find(room);
     if (floor == Floors().end()) {
       violations.push_back({relative.string(), "", "room " + room + " has no floor"});
       continue;
     }
-    std::ifstream in(entry.path());
+    std::ifstream in(daemon / relative);
     std::string line;
     while (std::getline(in, line)) {
       std::smatch m;
@@ -158,11 +179,7 @@ TEST_CASE("the checker finds an include of a room above, of a room on the same f
 TEST_CASE("no room of daemon/ includes a room on its own floor or above", "[layers]") {
   const fs::path daemon = DaemonDir();
   REQUIRE(fs::is_directory(daemon / "claim"));
-  const std::vector<Violation> violations = LayerViolations(daemon);
-  for (const Violation& v : violations) {
-    UNSCOPED_INFO("daemon/" << v.file << ": " << v.include << ": " << v.why);
-  }
-  CHECK(violations.empty());
+  CheckNone(LayerViolations(daemon));
 }
 
 // The rooms whose files may hold SQL on akadze.*: the job store, the claim
@@ -262,13 +279,9 @@ bool IsSqlOnAkadze(const std::string& text) {
 // `daemon` outside SqlRooms().
 std::vector<Violation> SqlOutsideStore(const fs::path& daemon) {
   std::vector<Violation> violations;
-  for (const auto& entry : fs::recursive_directory_iterator(daemon)) {
-    if (!entry.is_regular_file()) continue;
-    const std::string ext = entry.path().extension().string();
-    if (ext != ".h" && ext != ".cpp" && ext != ".c") continue;
-    const fs::path relative = entry.path().lexically_relative(daemon);
+  for (const fs::path& relative : Sources(daemon)) {
     if (SqlRooms().count(RoomOf(relative)) == 1) continue;
-    std::ifstream in(entry.path());
+    std::ifstream in(daemon / relative);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     for (const std::string& literal : StringLiterals(text)) {
       if (!IsSqlOnAkadze(literal)) continue;
@@ -303,11 +316,7 @@ TEST_CASE("the SQL checker finds SQL on akadze.* outside the store, the claim an
 TEST_CASE("no SQL on akadze.* outside the store, the claim and the migrations runner", "[layers]") {
   const fs::path daemon = DaemonDir();
   REQUIRE(fs::is_directory(daemon / "store"));
-  const std::vector<Violation> violations = SqlOutsideStore(daemon);
-  for (const Violation& v : violations) {
-    UNSCOPED_INFO("daemon/" << v.file << ": \"" << v.include << "\": " << v.why);
-  }
-  CHECK(violations.empty());
+  CheckNone(SqlOutsideStore(daemon));
 }
 
 TEST_CASE("the claim planner stays pure: no libpq, clock or config", "[layers]") {
@@ -332,6 +341,63 @@ TEST_CASE("the claim planner stays pure: no libpq, clock or config", "[layers]")
       }
     }
   }
+}
+
+// Every use, outside comments, of a lock clang's analysis cannot see (the
+// standard library's mutexes, locks and conditions, which only
+// core/thread_annotations.h wraps) or of a polling sleep (the kit's
+// ServiceLoop::Sleep and Wait end on the stop; the example plugin's job
+// sleeps on purpose) in the sources under `daemon`.
+std::vector<Violation> KitRuleViolations(const fs::path& daemon) {
+  static const std::regex unannotated(
+      R"re(\bstd::(mutex|recursive_mutex|timed_mutex|shared_mutex|shared_timed_mutex|lock_guard|)re"
+      R"re(unique_lock|scoped_lock|shared_lock|condition_variable(_any)?)\b|\bpthread_mutex_t\b)re");
+  static const std::regex sleep(R"re(\b(sleep_for|sleep_until|usleep|nanosleep)\s*\()re");
+  std::vector<Violation> violations;
+  for (const fs::path& relative : Sources(daemon)) {
+    const bool wrapper = relative == fs::path("core/thread_annotations.h");
+    const bool plugin = RoomOf(relative) == "plugins";
+    std::ifstream in(daemon / relative);
+    std::string line;
+    while (std::getline(in, line)) {
+      const std::string code = line.substr(0, line.find("//"));
+      std::smatch m;
+      if (!wrapper && std::regex_search(code, m, unannotated)) {
+        violations.push_back({relative.string(), m[0].str(),
+                              "use Mutex, MutexLock or CondVar (core/thread_annotations.h)"});
+      }
+      if (!plugin && std::regex_search(code, m, sleep)) {
+        violations.push_back({relative.string(), m[0].str(),
+                              "wait on a condition (ServiceLoop's Wait or Sleep) instead"});
+      }
+    }
+  }
+  return violations;
+}
+
+TEST_CASE("the kit rules checker finds unannotated locks and sleeps, not comments or the wrapper",
+          "[layers]") {
+  ScratchTree tree;
+  tree.Write("core/thread_annotations.h", "  std::mutex mu_;\n  std::condition_variable cv_;\n");
+  tree.Write("worker/a.cpp", "// std::mutex in a comment; sleep_for(1ms) too\nMutex mu_;\n");
+  tree.Write("plugins/p.c", "nanosleep(&ts, NULL);\n");
+  REQUIRE(KitRuleViolations(tree.root()).empty());
+
+  tree.Write("runtime/b.cpp", "  std::mutex mu;\n  std::lock_guard lock(mu);\n");
+  tree.Write("metrics/c.cpp", "    std::this_thread::sleep_for(std::chrono::milliseconds(1));\n");
+  std::set<std::string> found;
+  for (const Violation& v : KitRuleViolations(tree.root())) found.insert(v.file + ": " + v.include);
+  CHECK(found == std::set<std::string>{
+                     "runtime/b.cpp: std::mutex",
+                     "runtime/b.cpp: std::lock_guard",
+                     "metrics/c.cpp: sleep_for(",
+                 });
+}
+
+TEST_CASE("every mutex of daemon/ is annotated, and nothing in it sleeps to poll", "[layers]") {
+  const fs::path daemon = DaemonDir();
+  REQUIRE(fs::is_regular_file(daemon / "core/thread_annotations.h"));
+  CheckNone(KitRuleViolations(daemon));
 }
 
 }  // namespace
