@@ -43,4 +43,9 @@ CREATE TRIGGER jobs_queued_xid_update BEFORE UPDATE ON akadze.jobs FOR EACH ROW
     WHEN (NEW.state = 'queued')
     EXECUTE FUNCTION akadze.jobs_set_queued_xid();
 
-CREATE INDEX jobs_queued_xid_idx ON akadze.jobs (queue, queued_xid) WHERE state = 'queued';
+-- The predicate is spelled `(state = 'queued') IS TRUE` (the same rows):
+-- the statements that read by queued_xid say it that way, so no generic
+-- plan of theirs can read another partial index of queued rows whole, and
+-- the claim's reads in claim order (`state = 'queued'`) never use this one
+-- (daemon/store/job_sql.h).
+CREATE INDEX jobs_queued_xid_idx ON akadze.jobs (queue, queued_xid) WHERE (state = 'queued') IS TRUE;

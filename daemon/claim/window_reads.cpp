@@ -485,24 +485,19 @@ pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floo
     r.push_back(f.run_at_us);
     i.push_back(f.id);
   }
-  // Each arm a read of one index that a generic plan cannot turn into a
-  // walk of the queue's claim index (whose dead entries the statistics do
-  // not count: a plan on them reads the queue's range and filters it). The
-  // queue and transaction go as row comparisons, which only
-  // jobs_queued_xid_idx (queue, queued_xid) serves as a range: from xmax
-  // on, then one point per in-progress transaction; the pinned rows by id,
-  // the queue compared as no index condition ("IS TRUE"). The lookups are
-  // lateral subqueries kept as such by OFFSET 0.
-  const std::string ready = "SELECT id, limit_key, priority, run_at FROM akadze.jobs WHERE " +
-                            std::string(kReadyJobSql);
-  const std::string xmax = st.bind(std::to_string(xids.xmax));
-  st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + ready + " AND (queue, queued_xid) >= (" + queue +
-           ", " + xmax + "::xid8) AND (queue, queued_xid) <= (" + queue +
-           ", '18446744073709551615'::xid8)) UNION (SELECT j.* FROM unnest(" + st.bind_array(in_progress) +
-           "::xid8[]) AS x(xid) CROSS JOIN LATERAL (" + ready + " AND (queue, queued_xid) >= (" + queue +
-           ", x.xid) AND (queue, queued_xid) <= (" + queue + ", x.xid) OFFSET 0) j) UNION (SELECT j.* FROM unnest(" +
-           st.bind_array(floor.pinned) + "::int8[]) AS u(id) CROSS JOIN LATERAL (" + ready + " AND id = u.id AND (queue = " +
-           queue + ") IS TRUE OFFSET 0) j)) w"
+  // Each arm reads one index, and a generic plan has no other to choose
+  // (job_sql.h): jobs_queued_xid_idx from xmax on and at each in-progress
+  // transaction, jobs_pkey at each pinned id. OFFSET 0 keeps the lateral
+  // subqueries lookups per value.
+  const std::string by_xid = "SELECT id, limit_key, priority, run_at FROM akadze.jobs WHERE " +
+                             std::string(kReadyByXidSql) + " AND queue = " + queue;
+  const std::string by_id = "SELECT id, limit_key, priority, run_at FROM akadze.jobs WHERE " +
+                            std::string(kReadyByIdSql) + " AND (queue = " + queue + ") IS TRUE";
+  st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + by_xid + " AND queued_xid >= " +
+           st.bind(std::to_string(xids.xmax)) + "::xid8) UNION (SELECT j.* FROM unnest(" +
+           st.bind_array(in_progress) + "::xid8[]) AS x(xid) CROSS JOIN LATERAL (" + by_xid +
+           " AND queued_xid = x.xid OFFSET 0) j) UNION (SELECT j.* FROM unnest(" + st.bind_array(floor.pinned) +
+           "::int8[]) AS u(id) CROSS JOIN LATERAL (" + by_id + " AND id = u.id OFFSET 0) j)) w"
            " WHERE EXISTS (SELECT 1 FROM unnest(" + st.bind_array(p) + "::int[], " + st.bind_array(r) +
            "::int8[], " + st.bind_array(i) + "::int8[]) AS f(p, r, i)"
            " WHERE w.priority = f.p AND (w.run_at, w.id) <= (" + Timestamp("f.r") + ", f.i))"

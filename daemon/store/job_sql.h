@@ -15,9 +15,25 @@ namespace akadzed {
 // The ready predicate of SPEC §1 over akadze.jobs' own columns (the queue's
 // pause is a separate check): what a claim may take, and what the admin
 // commands count as ready.
-inline constexpr const char* kReadyJobSql =
-    "state = 'queued' AND run_at <= now() AND cancel_requested_at IS NULL"
-    " AND (expires_at IS NULL OR expires_at > now())";
+//
+// Three spellings of `state = 'queued'` (state is NOT NULL: they mean the
+// same) say which index a generic plan may use, since under a held MVCC
+// horizon the statistics count live rows only and a plan that reads a
+// partial index of queued rows whole, taking it for a few pages, steps over
+// every dead entry in it:
+//   kReadyJobSql     the partial indexes on state = 'queued' (jobs_claim_idx,
+//                    jobs_claim_key_idx): reads in claim order;
+//   kReadyByXidSql   only jobs_queued_xid_idx, whose predicate is this
+//                    spelling (migration 009): reads by the transaction that
+//                    queued a row (claim/claim_floor.h);
+//   kReadyByIdSql    no partial index (no predicate is implied): reads by id,
+//                    through jobs_pkey.
+#define AKADZED_READY_AFTER_STATE \
+  " AND run_at <= now() AND cancel_requested_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
+inline constexpr const char* kReadyJobSql = "state = 'queued'" AKADZED_READY_AFTER_STATE;
+inline constexpr const char* kReadyByXidSql = "(state = 'queued') IS TRUE" AKADZED_READY_AFTER_STATE;
+inline constexpr const char* kReadyByIdSql = "(state = 'queued') IS NOT FALSE" AKADZED_READY_AFTER_STATE;
+#undef AKADZED_READY_AFTER_STATE
 
 // The `errors` column of akadze.jobs is a jsonb array of {error, message}
 // entries, the last 10 kept.
