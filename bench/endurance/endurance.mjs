@@ -51,6 +51,8 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 
+import { cpuSeconds, percentile, serverCpuSeconds } from "../lib/process_cpu.mjs";
+
 const require = createRequire(`${process.env.AKADZED_PEERS_DIR}/package.json`);
 const pg = require("pg");
 // int8 as numbers (job ids, counts): all well below 2^53 here.
@@ -113,7 +115,6 @@ if (rate < 20 || rate % 20 !== 0) throw new Error("--rate: a multiple of 20 (20 
 const outDir = process.env.AKADZED_BENCH_OUT;
 fs.mkdirSync(outDir, { recursive: true });
 const peerWorker = path.join(path.dirname(fileURLToPath(import.meta.url)), "../peers/peer_worker.mjs");
-const clkTck = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim());
 const TAG = "/* akadzed-bench */";
 
 // ---- small helpers (as bench/throughput/throughput.mjs's) ----
@@ -131,17 +132,6 @@ async function connect(database) {
   return client;
 }
 
-function cpuSeconds(pid, withChildren = false) {
-  try {
-    const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-    let ticks = Number(fields[11]) + Number(fields[12]);
-    if (withChildren) ticks += Number(fields[13]) + Number(fields[14]);
-    return ticks / clkTck;
-  } catch {
-    return NaN;
-  }
-}
-
 function rssMb(pid) {
   try {
     const line = fs.readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith("VmRSS:"));
@@ -149,28 +139,6 @@ function rssMb(pid) {
   } catch {
     return NaN;
   }
-}
-
-// The server's CPU: the postmaster with its exited children, plus the live ones.
-function serverCpuSeconds() {
-  const postmaster = Number(fs.readFileSync(path.join(process.env.AKADZED_PG_DATA, "postmaster.pid"), "utf8").split("\n")[0]);
-  let total = cpuSeconds(postmaster, true);
-  for (const entry of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const fields = fs.readFileSync(`/proc/${entry}/stat`, "utf8").split(") ")[1].split(" ");
-      if (Number(fields[1]) === postmaster) total += (Number(fields[11]) + Number(fields[12])) / clkTck;
-    } catch {
-      // the process ended meanwhile
-    }
-  }
-  return total;
-}
-
-function percentile(sorted, p) {
-  if (sorted.length === 0) return NaN;
-  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[rank];
 }
 
 const fmt = (v, digits = 0) => (v === undefined || v === null || Number.isNaN(v) ? "-" : Number(v).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }));

@@ -79,6 +79,8 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 
+import { cpuSeconds, percentile, serverCpuSeconds } from "../lib/process_cpu.mjs";
+
 const require = createRequire(`${process.env.AKADZED_PEERS_DIR}/package.json`);
 const pg = require("pg");
 
@@ -123,7 +125,6 @@ if (daemonCounts.some((d) => !Number.isInteger(d) || d < 1)) {
 const outDir = process.env.AKADZED_BENCH_OUT;
 fs.mkdirSync(outDir, { recursive: true });
 const peerWorker = path.join(path.dirname(fileURLToPath(import.meta.url)), "../peers/peer_worker.mjs");
-const clkTck = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim());
 const details = [];
 const note = (line) => {
   details.push(line);
@@ -150,40 +151,9 @@ async function connect(database) {
   return client;
 }
 
-// utime, stime (and the reaped children's cutime, cstime) of `pid`, seconds.
-function cpuSeconds(pid, withChildren = false) {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-  // fields[0] is field 3 (state): utime is field 14, stime 15, cutime 16, cstime 17.
-  let ticks = Number(fields[11]) + Number(fields[12]);
-  if (withChildren) ticks += Number(fields[13]) + Number(fields[14]);
-  return ticks / clkTck;
-}
-
 function vmHwmMb(pid) {
   const line = fs.readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith("VmHWM:"));
   return Number(line.split(/\s+/)[1]) / 1024;
-}
-
-// The server's CPU: the postmaster with its exited children, plus the live ones.
-function serverCpuSeconds() {
-  const postmaster = Number(fs.readFileSync(path.join(process.env.AKADZED_PG_DATA, "postmaster.pid"), "utf8").split("\n")[0]);
-  let total = cpuSeconds(postmaster, true);
-  for (const entry of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const fields = fs.readFileSync(`/proc/${entry}/stat`, "utf8").split(") ")[1].split(" ");
-      if (Number(fields[1]) === postmaster) total += (Number(fields[11]) + Number(fields[12])) / clkTck;
-    } catch {
-      // the process ended meanwhile
-    }
-  }
-  return total;
-}
-
-function percentile(sorted, p) {
-  if (sorted.length === 0) return NaN;
-  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[rank];
 }
 
 function latencySummary(latencies) {
