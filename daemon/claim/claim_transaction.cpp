@@ -138,7 +138,7 @@ const std::string& ClaimSql() {
 const std::string& HeadSql() {
   static const std::string sql =
       "SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true),"
-      " CASE WHEN $5 THEN set_config('enable_seqscan', 'off', true) END,"
+      " CASE WHEN $5 THEN ROW(" + std::string(kIndexLookupPlansSql) + ") END,"
       " CASE WHEN $2 THEN pg_advisory_xact_lock(hashtextextended('akadze.claim_queue:' || $1, 0)) END,"
       " EXISTS (SELECT 1 FROM akadze.queue_pauses WHERE queue = $1),"
       " (SELECT reltuples::float8 FROM pg_class WHERE oid = 'akadze.jobs_claim_idx'::regclass),"
@@ -177,7 +177,7 @@ class ClaimRun {
         one_at_a_time_(one_at_a_time),
         end_(end),
         speculate_(speculate && end == ClaimEnd::kCommit),
-        no_table_scans_(one_at_a_time && !(request.before_commit && !request.dry_run)),
+        index_lookup_plans_(one_at_a_time && !(request.before_commit && !request.dry_run)),
         floor_wanted_(floor != nullptr && !request.aging_us),
         floor_(floor_wanted_ && !floor->empty() ? floor : nullptr),
         ctx_(MakeReadContext(request.queue, request.aging_us)),
@@ -242,7 +242,7 @@ class ClaimRun {
                                        .add(one_at_a_time_)
                                        .add(request_.lease_span_us)
                                        .add(result().worker_id)
-                                       .add(no_table_scans_);
+                                       .add(index_lookup_plans_);
     ClaimPlannerOptions options;
     options.mode = request_.mode;
     options.slots = request_.slots;
@@ -651,13 +651,14 @@ class ClaimRun {
   // The claim reports its queue's next floor (no aging); the floor it
   // reads with (nullptr: none, or not usable), the rows below it, and the
   // snapshot and server start its first statements saw.
-  // The claim's statements are planned without table scans (RunClaim's
-  // transactions without hooks; HeadSql): each of them reads rows through
-  // an index by design, and a generic plan made while the table was small
-  // (a daemon's first claim) kept a scan of jobs for the claiming UPDATE's
-  // join, which a held horizon made as long as every version it keeps
-  // (10-19 ms a claim after 60 s at 1,000 jobs/s).
-  const bool no_table_scans_;
+  // The claim's statements are planned as index lookups (RunClaim's
+  // transactions without hooks; HeadSql, store/job_sql.h's
+  // kIndexLookupPlansSql): each reads a few rows through an index by
+  // design, and generic plans made on a daemon's first claims, while the
+  // table was small, joined the claiming UPDATE by a scan of the table,
+  // then of the whole of jobs_pkey (10-43 ms a claim after 40-60 s of a
+  // held horizon at 1,000 jobs/s).
+  const bool index_lookup_plans_;
   const bool floor_wanted_;
   const ClaimFloor* floor_;
   std::vector<ReadyRow> below_;

@@ -160,7 +160,18 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // of a prepared statement walks all of the worker's running jobs (the
   // header, FinishPlan).
   const std::string& sql = delete_only ? kDeleteOnlySql : delete_in_statement ? kDeletingSql : kUpdate;
-  pg::Result rows = plan == FinishPlan::kPrepared ? conn.exec(sql, params) : conn.exec_replanned(sql, params);
+  pg::Result rows;
+  if (plan == FinishPlan::kPrepared && !tx) {
+    // The prepared statement's generic plan, made on the connection's first
+    // finish, as index lookups (job_sql.h, kIndexLookupPlansSql): in the
+    // transaction of the statement, sent with it and its COMMIT.
+    pg::Transaction lookups(conn, "BEGIN", pg::Transaction::Begin::kWithFirstStatement);
+    static const std::string kPlans = std::string("SELECT ") + kIndexLookupPlansSql;
+    const pg::PipelinedStatement statements[] = {{kPlans}, {sql, &params, true}};
+    rows = std::move(lookups.end_after(statements, true).back());
+  } else {
+    rows = plan == FinishPlan::kPrepared ? conn.exec(sql, params) : conn.exec_replanned(sql, params);
+  }
   std::unordered_map<std::int64_t, int> row_of;
   for (int i = 0; i < rows.rows(); ++i) row_of[rows.int64(i, 0)] = i;
   if (tx) {

@@ -35,6 +35,19 @@ inline constexpr const char* kReadyByXidSql = "(state = 'queued') IS TRUE" AKADZ
 inline constexpr const char* kReadyByIdSql = "(state = 'queued') IS NOT FALSE" AKADZED_READY_AFTER_STATE;
 #undef AKADZED_READY_AFTER_STATE
 
+// Settings local to a transaction whose statements each read a few rows of
+// akadze.jobs through an index (a claim, a finish): no table scan, hash or
+// merge join, so a plan joins row by row through an index. A generic plan
+// is made once per connection, with the statistics of that moment: made on
+// a daemon's first statements, while the table was small, it scanned the
+// table (the finish) or merged the whole of jobs_pkey (the claiming
+// UPDATE), and kept doing so as the table grew, as fast as a held MVCC
+// horizon makes it grow (12-43 ms a statement after 40 s at 1,000 jobs/s).
+// As the expressions of one SELECT.
+inline constexpr const char* kIndexLookupPlansSql =
+    "set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),"
+    " set_config('enable_mergejoin', 'off', true)";
+
 // The `errors` column of akadze.jobs is a jsonb array of {error, message}
 // entries, the last 10 kept.
 // SQL that appends {error, message} to the jsonb `errors` and keeps the last

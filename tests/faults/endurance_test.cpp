@@ -694,22 +694,16 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
                              Ms(r.held.p50_ms), Ms(r.fresh.p99_ms), Ms(r.held.p99_ms), Ms(r.fresh.max_ms),
                              Ms(r.held.max_ms), r.fresh.latency_jobs, r.held.latency_jobs, fresh_max,
                              held_max, rise);
-    // What the suite asserts (issue 41's bound for a claim, 2 x fresh + 1
-    // ms): the daemon's own claims of the ordered queue, whose cost floors
-    // keep level (on 4e9efdc: 1.3 -> 27 ms in a 60 s hold). The bounds not
-    // met yet are asserted only with AKADZED_ENDURANCE_STRICT=1 and printed
-    // otherwise (docs/testing.md): fair mode's claims still grow (its keyed
-    // read lists the NULL group through jobs_claim_key_idx, past that
-    // group's dead entries: 2.1 -> 3.8 ms in 60 s), the warm dry runs read
-    // below their floors what the daemon claimed meanwhile, and the jobs'
-    // enqueue-to-start and the backlog stall for seconds late in the hold
-    // while the claims stay flat (cause not found yet).
+    // What the suite asserts, issue 41's bounds: the daemon's own claims
+    // (2 x fresh + 1 ms; on 4e9efdc 1.3-1.4 -> 27-41 ms in a 60 s hold),
+    // the jobs' enqueue-to-start p99 and the backlog. The warm dry runs'
+    // bound is not met yet (each run takes nothing and reads below its
+    // floor what the daemon claimed since: 0.3 -> 9-13 ms): asserted only
+    // with AKADZED_ENDURANCE_STRICT=1 and printed otherwise (docs/testing.md).
     std::vector<std::string> not_met;
-    const bool asserted_claim = r.v.mode == "ordered";
     const double daemon_bound = 2 * r.fresh.daemon_claim_ms + 1;
     if (!(r.held.daemon_claim_ms <= daemon_bound)) {
-      (asserted_claim ? broken : not_met)
-          .push_back(fmt::format("{}: the daemon's mean claim at the end of the hold {} ms > {} ms (2 x fresh {} ms + 1 ms)",
+      broken.push_back(fmt::format("{}: the daemon's mean claim at the end of the hold {} ms > {} ms (2 x fresh {} ms + 1 ms)",
                                  r.v.name, Ms(r.held.daemon_claim_ms), Ms(daemon_bound), Ms(r.fresh.daemon_claim_ms)));
     }
     const double claim_bound = 2 * r.fresh.warm_claim_ms + 1;
@@ -719,7 +713,7 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
     }
     const double p99_bound = 2 * r.fresh.p99_ms + 10;
     if (!(r.held.p99_ms <= p99_bound)) {
-      not_met.push_back(fmt::format("{}: p99 enqueue-to-start at the end of the hold {} ms > {} ms (2 x fresh {} ms + 10 ms)",
+      broken.push_back(fmt::format("{}: p99 enqueue-to-start at the end of the hold {} ms > {} ms (2 x fresh {} ms + 10 ms)",
                                     r.v.name, Ms(r.held.p99_ms), Ms(p99_bound), Ms(r.fresh.p99_ms)));
     }
     if (r.fresh.latency_jobs == 0 || r.held.latency_jobs == 0) {
@@ -727,11 +721,11 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
                                    r.fresh.latency_jobs == 0 ? "fresh" : "held"));
     }
     if (held_max > 2 * rate) {
-      not_met.push_back(fmt::format("{}: the ready backlog reached {} during the hold > {} (2 s of arrivals)",
+      broken.push_back(fmt::format("{}: the ready backlog reached {} during the hold > {} (2 s of arrivals)",
                                     r.v.name, held_max, 2 * rate));
     }
     if (rise > rate / 4.0) {
-      not_met.push_back(fmt::format("{}: the ready backlog rose by {:.0f} over the hold's last third (least squares) > {} (a quarter second of arrivals)",
+      broken.push_back(fmt::format("{}: the ready backlog rose by {:.0f} over the hold's last third (least squares) > {} (a quarter second of arrivals)",
                                     r.v.name, rise, rate / 4));
     }
     const char* strict = std::getenv("AKADZED_ENDURANCE_STRICT");
