@@ -162,11 +162,13 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   const std::string& sql = delete_only ? kDeleteOnlySql : delete_in_statement ? kDeletingSql : kUpdate;
   pg::Result rows;
   if (plan == FinishPlan::kPrepared && !tx) {
-    // The prepared statement's generic plan, made on the connection's first
-    // finish, as index lookups (job_sql.h, kIndexLookupPlansSql): in the
-    // transaction of the statement, sent with it and its COMMIT.
+    // The prepared statement's generic plan (forced: no custom plans first),
+    // made on the connection's first finish as index lookups (job_sql.h,
+    // kIndexLookupPlansSql): in the transaction of the statement, sent with
+    // it and its COMMIT.
     pg::Transaction lookups(conn, "BEGIN", pg::Transaction::Begin::kWithFirstStatement);
-    static const std::string kPlans = std::string("SELECT ") + kIndexLookupPlansSql;
+    static const std::string kPlans = std::string("SELECT ") + kIndexLookupPlansSql +
+                                      ", set_config('plan_cache_mode', 'force_generic_plan', true)";
     const pg::PipelinedStatement statements[] = {{kPlans}, {sql, &params, true}};
     rows = std::move(lookups.end_after(statements, true).back());
   } else {
