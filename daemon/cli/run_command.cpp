@@ -55,7 +55,7 @@ class DemoProducer {
 
  private:
   void Loop() {
-    auto start = std::chrono::steady_clock::now();
+    const auto start = loop_.clock().Now();
     int round = 0;
     try {
       pg::Connection conn = pg::Connection::Open(conninfo_, "akadzed demo producer");
@@ -63,7 +63,7 @@ class DemoProducer {
       for (;;) {
         EnqueueDemoRound(conn, ++round);
         if (loop_.Sleep(std::chrono::seconds(1))) return;
-        if (duration_us_ && std::chrono::steady_clock::now() - start >=
+        if (duration_us_ && loop_.clock().Now() - start >=
                                 std::chrono::microseconds(*duration_us_)) {
           spdlog::info("demo | {} passed, stopping", FormatDuration(*duration_us_));
           kill(getpid(), SIGTERM);

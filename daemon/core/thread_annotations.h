@@ -39,6 +39,7 @@
 #define RELEASE(...) AKADZED_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
 #define TRY_ACQUIRE(...) AKADZED_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define RETURN_CAPABILITY(x) AKADZED_THREAD_ANNOTATION(lock_returned(x))
+#define ASSERT_CAPABILITY(x) AKADZED_THREAD_ANNOTATION(assert_capability(x))
 #define ACQUIRED_BEFORE(...) AKADZED_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
 #define NO_THREAD_SAFETY_ANALYSIS AKADZED_THREAD_ANNOTATION(no_thread_safety_analysis)
 

@@ -35,6 +35,8 @@ namespace akadzed {
 
 namespace {
 
+// The real clock: a plugin's timeout bounds a real call of its handle() on
+// an executor's thread, which only real time moves.
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kMaxLogBytes = 4096;

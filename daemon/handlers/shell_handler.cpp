@@ -39,6 +39,8 @@ namespace akadzed {
 
 namespace {
 
+// The real clock: timeout and kill_grace bound a real process group,
+// supervised in poll(2) on its pipes, which only real time moves.
 using Clock = std::chrono::steady_clock;
 
 constexpr int kOutcomeFd = 3;

@@ -14,11 +14,13 @@
 
 namespace akadzed {
 
-DbGauges::DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaugeOptions options)
+DbGauges::DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaugeOptions options,
+                   const ServiceClock& clock)
     : session_(std::move(conninfo), "akadzed metrics"),
       queues_(std::move(queues)),
       options_(options),
-      horizon_watch_(options.horizon_warn_after) {}
+      horizon_watch_(options.horizon_warn_after, clock),
+      loop_(clock) {}
 
 std::chrono::milliseconds HorizonCheckInterval(std::chrono::microseconds warn_after) {
   using std::chrono::milliseconds;

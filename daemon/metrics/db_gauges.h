@@ -57,7 +57,8 @@ std::chrono::milliseconds HorizonCheckInterval(std::chrono::microseconds warn_af
 class DbGauges {
  public:
   // `queues`: the configured queues, exported (at 0) even with no jobs.
-  DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaugeOptions options = {});
+  DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaugeOptions options = {},
+           const ServiceClock& clock = SteadyServiceClock());
   ~DbGauges();
   DbGauges(const DbGauges&) = delete;
   DbGauges& operator=(const DbGauges&) = delete;
@@ -74,7 +75,7 @@ class DbGauges {
 
  private:
   struct Snapshot {
-    std::chrono::steady_clock::time_point started;  // when the read began
+    ServiceClock::time_point started;  // when the read began
     std::string error;           // the database did not answer: why
     std::string schema_problem;  // SchemaMismatch(), when it answered
     bool gauges_read = false;    // false: the gauges' statements failed

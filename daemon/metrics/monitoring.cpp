@@ -11,7 +11,7 @@ namespace akadzed {
 
 Monitoring::Monitoring(const MetricsConfig& config, const std::string& conninfo,
                        const std::vector<std::string>& queues,
-                       std::chrono::microseconds horizon_warn_after)
+                       std::chrono::microseconds horizon_warn_after, const ServiceClock& clock)
     : config_(config),
       worker_metrics_(registry_, queues),
       db_errors_(std::make_shared<DatabaseErrorCounter>()) {
@@ -20,7 +20,7 @@ Monitoring::Monitoring(const MetricsConfig& config, const std::string& conninfo,
   registry_.AddCollector([](ExpositionWriter& out) { WriteProcessMetrics(out); });
   if (config_.enabled || horizon_warn_after.count() > 0) {
     db_gauges_ = std::make_unique<DbGauges>(conninfo, queues,
-                                            DbGaugeOptions{.horizon_warn_after = horizon_warn_after});
+                                            DbGaugeOptions{.horizon_warn_after = horizon_warn_after}, clock);
   }
   if (config_.enabled) {
     registry_.AddCollector([this](ExpositionWriter& out) { db_gauges_->Write(out); });

@@ -50,9 +50,11 @@ class Monitoring {
     std::function<HttpReply(const HttpRequest&)> pages;
   };
 
-  // `horizon_warn_after`: database.horizon_warn_after (0: off).
+  // `horizon_warn_after`: database.horizon_warn_after (0: off). `clock`:
+  // the database gauges' reader's.
   Monitoring(const MetricsConfig& config, const std::string& conninfo,
-             const std::vector<std::string>& queues, std::chrono::microseconds horizon_warn_after);
+             const std::vector<std::string>& queues, std::chrono::microseconds horizon_warn_after,
+             const ServiceClock& clock = SteadyServiceClock());
   ~Monitoring();
   Monitoring(const Monitoring&) = delete;
   Monitoring& operator=(const Monitoring&) = delete;

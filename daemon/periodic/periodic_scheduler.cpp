@@ -16,10 +16,9 @@ namespace akadzed {
 
 namespace {
 
-std::int64_t SystemNowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+// The wall time of `clock` in Unix microseconds.
+std::int64_t WallNowUs(const ServiceClock& clock) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(clock.WallNow().time_since_epoch()).count();
 }
 
 // Unix microseconds as ISO-8601 UTC text for log lines.
@@ -123,7 +122,7 @@ void PeriodicScheduler::Loop() {
   }
 }
 
-std::chrono::steady_clock::time_point PeriodicScheduler::Tick() {
+ServiceClock::time_point PeriodicScheduler::Tick() {
   using std::chrono::microseconds;
   const auto started = loop_.clock().Now();
   // Wake at least once a second: overlapped fires are retried and the clock
@@ -133,12 +132,12 @@ std::chrono::steady_clock::time_point PeriodicScheduler::Tick() {
   try {
     for (std::size_t i = 0; i < entries_.size(); ++i) {
       const PeriodicConfig& entry = entries_[i];
-      const std::int64_t now_estimate = SystemNowUs() + clock_offset_us_;
+      const std::int64_t now_estimate = WallNowUs(loop_.clock()) + clock_offset_us_;
       const std::optional<std::int64_t> due = LatestFire(entry.schedule, now_estimate, entry.grace_us);
       if (due && *due > handled_[i]) {
-        const std::int64_t before = SystemNowUs();
+        const std::int64_t before = WallNowUs(loop_.clock());
         const FireResult fire = session_.Run([&](pg::Connection& conn) { return FirePeriodic(conn, entry); });
-        clock_offset_us_ = fire.db_now_us - (before + SystemNowUs()) / 2;
+        clock_offset_us_ = fire.db_now_us - (before + WallNowUs(loop_.clock())) / 2;
         switch (fire.kind) {
           case FireResult::Kind::kEnqueued:
             spdlog::info("periodic_enqueued name={} fire_at={} job={} task={} queue={}", LogValue(entry.name),
@@ -160,7 +159,7 @@ std::chrono::steady_clock::time_point PeriodicScheduler::Tick() {
             break;
         }
       }
-      const std::int64_t now = SystemNowUs() + clock_offset_us_;
+      const std::int64_t now = WallNowUs(loop_.clock()) + clock_offset_us_;
       if (auto next = entry.schedule.NextFireAfterUs(now)) {
         sleep_us = std::min(sleep_us, *next - now);
       }

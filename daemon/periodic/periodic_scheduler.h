@@ -69,14 +69,14 @@ class PeriodicScheduler {
   void Loop();
   // One pass over the entries whose next fire is due by the local estimate of
   // the database clock. Returns the local time to wake up at.
-  std::chrono::steady_clock::time_point Tick();
+  ServiceClock::time_point Tick();
 
   DbSession session_;
   std::vector<PeriodicConfig> entries_;
   // Used by the scheduler thread only:
   std::vector<std::int64_t> handled_;          // per entry: latest fire_at decided (taken/enqueued)
   std::vector<std::int64_t> reported_overlap_; // per entry: fire_at last logged as overlapped
-  std::int64_t clock_offset_us_ = 0;           // database clock minus system clock
+  std::int64_t clock_offset_us_ = 0;           // database clock minus the clock's wall time
   // A failed tick is retried about every second (jittered); the database
   // being away is logged once per outage, other errors each time.
   RoundGuard guard_;

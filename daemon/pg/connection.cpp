@@ -160,6 +160,8 @@ int Connection::WaitSocket(short events, std::optional<std::chrono::steady_clock
   for (;;) {
     int timeout_ms = -1;
     if (deadline) {
+      // The real clock: the deadline bounds a wait in poll(2) on the
+      // server's socket, which only real time moves.
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return 0;
       timeout_ms = static_cast<int>(std::min<long long>(left.count(), 60'000));
@@ -191,6 +193,7 @@ Connection::Exchange Connection::StartExchange(std::string_view sql, bool during
               "the connection was closed after an earlier statement got no reply in time", false);
   }
   Exchange x{sql, during_commit, std::nullopt};
+  // The real clock: a reply's deadline is for the server's socket (WaitSocket).
   if (bounds_.reply.count() > 0) x.deadline = std::chrono::steady_clock::now() + bounds_.reply;
   return x;
 }

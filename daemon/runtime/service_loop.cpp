@@ -21,6 +21,7 @@ namespace {
 class SteadyClock final : public ServiceClock {
  public:
   time_point Now() const override { return std::chrono::steady_clock::now(); }
+  wall_time_point WallNow() const override { return std::chrono::system_clock::now(); }
 };
 
 }  // namespace
@@ -30,7 +31,12 @@ const ServiceClock& SteadyServiceClock() {
   return clock;
 }
 
-ServiceLoop::ServiceLoop(const ServiceClock& clock) : clock_(clock), last_round_(clock.Now()) {
+ServiceLoop::ServiceLoop(const ServiceClock& clock) : ServiceLoop(clock, nullptr) {}
+
+ServiceLoop::ServiceLoop(const ServiceClock& clock, Mutex& shared) : ServiceLoop(clock, &shared) {}
+
+ServiceLoop::ServiceLoop(const ServiceClock& clock, Mutex* shared)
+    : clock_(clock), mu_(shared != nullptr ? *shared : own_mu_), last_round_(clock.Now()) {
   stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
 }
@@ -51,15 +57,17 @@ void NameCurrentThread(const std::string& name) {
 }
 
 void ServiceLoop::Start(std::string name, std::function<void()> body) {
-  {
-    MutexLock lock(mu_);
-    last_round_ = clock_.Now();
-    started_ = true;
-  }
+  MutexLock lock(mu_);
+  StartLocked(std::move(name), std::move(body));
+}
+
+void ServiceLoop::StartLocked(std::string name, std::function<void()> body) {
   threads_.emplace_back([name = std::move(name), body = std::move(body)] {
     NameCurrentThread(name);
     body();
   });
+  last_round_ = clock_.Now();
+  started_ = true;
 }
 
 void ServiceLoop::RequestStop() {
@@ -75,7 +83,14 @@ void ServiceLoop::RequestStop() {
 
 void ServiceLoop::Stop() {
   RequestStop();
-  for (std::thread& thread : threads_) {
+  // No thread starts once the stop is requested (the owner's rule), so
+  // every one started is in this list.
+  std::vector<std::thread> threads;
+  {
+    MutexLock lock(mu_);
+    threads.swap(threads_);
+  }
+  for (std::thread& thread : threads) {
     if (thread.joinable()) thread.join();
   }
 }
@@ -101,7 +116,7 @@ void ServiceLoop::MarkRound() {
   last_round_ = now;
 }
 
-std::chrono::steady_clock::time_point ServiceLoop::last_round() const {
+ServiceClock::time_point ServiceLoop::last_round() const {
   MutexLock lock(mu_);
   return last_round_;
 }

@@ -22,8 +22,9 @@
 // started.
 //
 // Thread-safety: Start, Stop and RequestStop are for the loop's owner (one
-// thread); Notify, stop_requested, last_round and the Wait functions may be
-// called from any thread. The loop's mutex (mu()) is the owner's to guard
+// thread); StartLocked for the owner or the loop's own threads, with mu()
+// held and before the stop; Notify, stop_requested, last_round and the Wait
+// functions may be called from any thread. The loop's mutex (mu()) is the owner's to guard
 // the state it shares with the thread; no other lock may be taken while it
 // is held, except those the owner documents.
 #pragma once
@@ -58,6 +59,11 @@ class ServiceLoop {
   using Duration = std::chrono::microseconds;
 
   explicit ServiceLoop(const ServiceClock& clock = SteadyServiceClock());
+  // A loop whose mu() is `shared`, its owner's mutex (which must outlive
+  // it), not one of its own: for two loops of one owner that guard one
+  // state (a queue's claim loop and its executor pool, worker/executor_pool.h).
+  // Each keeps its own stop, condition and threads.
+  ServiceLoop(const ServiceClock& clock, Mutex& shared);
   // Stops and joins the thread if it still runs.
   ~ServiceLoop();
   ServiceLoop(const ServiceLoop&) = delete;
@@ -69,6 +75,10 @@ class ServiceLoop {
   // timer): they share the stop, the mutex and the condition, and Stop joins
   // them all.
   void Start(std::string name, std::function<void()> body) EXCLUDES(mu_);
+  // Start for a caller that holds mu(): a pool whose threads start more of
+  // their own (worker/executor_pool.h). Throws std::system_error when no
+  // thread can be started; then nothing changed.
+  void StartLocked(std::string name, std::function<void()> body) REQUIRES(mu_);
   // Requests the stop: sets the flag, wakes every Wait and signals stop_fd().
   void RequestStop() EXCLUDES(mu_);
   // RequestStop, then joins the threads (if any was started). Idempotent.
@@ -81,6 +91,11 @@ class ServiceLoop {
   // with the thread by mu() and wakes the thread with Notify().
   Mutex& mu() const RETURN_CAPABILITY(mu_) { return mu_; }
   void Notify() { cv_.notify_all(); }
+  // Tells clang's analysis that the caller holds mu() by another name: a
+  // loop made on a shared mutex, or a callback its owner runs under it (it
+  // cannot see that the two names are one mutex). Checks nothing at run
+  // time.
+  void AssertHeld() const ASSERT_CAPABILITY(mu_) {}
 
   // True once stop was requested. The _locked form requires mu().
   bool stop_requested() const EXCLUDES(mu_);
@@ -99,10 +114,11 @@ class ServiceLoop {
     cv_.wait_for(lock, timeout, [&]() NO_THREAD_SAFETY_ANALYSIS { return stopping_ || ready(); });
     return stopping_;
   }
+  // `deadline` is on the loop's clock: the wait lasts from its Now() to
+  // the deadline.
   template <typename Ready>
-  bool WaitUntil(MutexLock& lock, std::chrono::steady_clock::time_point deadline, Ready&& ready)
-      REQUIRES(mu_) {
-    cv_.wait_until(lock, deadline, [&]() NO_THREAD_SAFETY_ANALYSIS { return stopping_ || ready(); });
+  bool WaitUntil(MutexLock& lock, ServiceClock::time_point deadline, Ready&& ready) REQUIRES(mu_) {
+    cv_.wait_for(lock, deadline - clock_.Now(), [&]() NO_THREAD_SAFETY_ANALYSIS { return stopping_ || ready(); });
     return stopping_;
   }
   template <typename Ready>
@@ -127,19 +143,22 @@ class ServiceLoop {
   // Records that a round finished now (by the clock), for the watchdog.
   void MarkRound() EXCLUDES(mu_);
   // When the last round finished; the start time before the first.
-  std::chrono::steady_clock::time_point last_round() const EXCLUDES(mu_);
+  ServiceClock::time_point last_round() const EXCLUDES(mu_);
 
   const ServiceClock& clock() const { return clock_; }
 
  private:
+  ServiceLoop(const ServiceClock& clock, Mutex* shared);
+
   const ServiceClock& clock_;
-  mutable Mutex mu_;
+  mutable Mutex own_mu_;  // mu_ unless the loop was made on a shared mutex
+  Mutex& mu_;
   CondVar cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
   bool started_ GUARDED_BY(mu_) = false;
-  std::chrono::steady_clock::time_point last_round_ GUARDED_BY(mu_);
+  ServiceClock::time_point last_round_ GUARDED_BY(mu_);
   int stop_fd_ = -1;
-  std::vector<std::thread> threads_;  // the owner's thread only
+  std::vector<std::thread> threads_ GUARDED_BY(mu_);
 };
 
 // How a round failed.

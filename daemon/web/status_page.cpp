@@ -87,9 +87,10 @@ bool SameSecret(std::string_view a, std::string_view b) {
 }  // namespace
 
 StatusPage::StatusPage(std::string conninfo, WebConfig config, std::chrono::milliseconds stall_timeout,
-                       StatusPageOptions options)
+                       StatusPageOptions options, const ServiceClock& clock)
     : config_(std::move(config)),
       options_(options),
+      clock_(clock),
       session_(std::move(conninfo), "akadzed web", stall_timeout) {}
 
 HttpReply StatusPage::Handle(const HttpRequest& request) {
@@ -162,7 +163,7 @@ void StatusPage::GiveTurn() {
 
 HttpReply StatusPage::Status() {
   MutexLock lock(mu_);
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_.Now();
   if (!status_read_at_ || now - *status_read_at_ >= options_.status_max_age) {
     const StatusReport report =
         session_.Run([&](pg::Connection& conn) { return ReadStatusReport(conn, options_.report); });

@@ -44,6 +44,7 @@
 #include "core/http_exchange.h"
 #include "core/thread_annotations.h"
 #include "runtime/db_session.h"
+#include "runtime/service_clock.h"
 #include "store/status_report.h"
 #include "web/web_config.h"
 
@@ -56,9 +57,10 @@ struct StatusPageOptions {
 
 class StatusPage {
  public:
-  // `stall_timeout` bounds each of its transactions (DbSession).
+  // `stall_timeout` bounds each of its transactions (DbSession); a
+  // status read is reused for status_max_age by `clock`.
   StatusPage(std::string conninfo, WebConfig config, std::chrono::milliseconds stall_timeout,
-             StatusPageOptions options = {});
+             StatusPageOptions options = {}, const ServiceClock& clock = SteadyServiceClock());
   StatusPage(const StatusPage&) = delete;
   StatusPage& operator=(const StatusPage&) = delete;
 
@@ -80,6 +82,7 @@ class StatusPage {
 
   const WebConfig config_;
   const StatusPageOptions options_;
+  const ServiceClock& clock_;
   // One request at a time uses the database. A flag and a condition
   // variable rather than std::timed_mutex: its try_lock_for is a call
   // ThreadSanitizer does not see lock (pthread_mutex_clocklock).
@@ -88,7 +91,7 @@ class StatusPage {
   bool turn_taken_ GUARDED_BY(turn_mu_) = false;
   Mutex mu_;
   DbSession session_ GUARDED_BY(mu_);
-  std::optional<std::chrono::steady_clock::time_point> status_read_at_ GUARDED_BY(mu_);
+  std::optional<ServiceClock::time_point> status_read_at_ GUARDED_BY(mu_);
   std::string status_body_ GUARDED_BY(mu_);
 };
 

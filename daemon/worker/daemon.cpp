@@ -34,8 +34,6 @@
 
 namespace akadzed {
 
-using Clock = std::chrono::steady_clock;
-
 namespace {
 
 sigset_t DaemonSignals() {
@@ -106,23 +104,26 @@ void BlockDaemonSignals() {
 }
 
 Daemon::Daemon(DaemonConfig config, std::string conninfo, HandlerMap handlers,
-               std::unique_ptr<TransitionHooks> hooks)
+               std::unique_ptr<TransitionHooks> hooks, const ServiceClock& clock)
     : config_(std::move(config)),
       conninfo_(std::move(conninfo)),
       handlers_(std::move(handlers)),
       hooks_(hooks ? std::move(hooks) : std::make_unique<TransitionHooks>()),
-      notifier_(SystemdNotifier::FromEnvironment()) {}
+      notifier_(SystemdNotifier::FromEnvironment()),
+      clock_(clock) {}
 
 // What runs between the start and the stop phases. The members are declared
 // in the order they start and so are destroyed in reverse, on every path.
 struct Daemon::Services {
-  Services(const DaemonConfig& config, const std::string& conninfo, const TransitionHooks* hooks)
-      : timings(config.worker),
+  Services(const DaemonConfig& config, const std::string& conninfo, const TransitionHooks* hooks,
+           const ServiceClock& daemon_clock)
+      : clock(daemon_clock),
+        timings(config.worker),
         identity(Identity(config)),
         // Metrics and health (metrics/monitoring.h); the finisher and the
         // runners record into it, so it outlives them.
         monitoring(config.metrics, conninfo, identity.queues,
-                   std::chrono::microseconds(config.database.horizon_warn_after_us)),
+                   std::chrono::microseconds(config.database.horizon_warn_after_us), daemon_clock),
         // Every daemon transaction is bounded (database.stall_timeout), and
         // the lease ends early enough for every handler to be dead before a
         // rescue.
@@ -131,9 +132,10 @@ struct Daemon::Services {
                  {.hooks = hooks,
                   .plan = FinishPlanFor(TotalSlots(config)),
                   .tally = &finish_tally,
-                  .batch_delay = std::chrono::microseconds(config.worker.finish_batch_delay_us)}),
+                  .batch_delay = std::chrono::microseconds(config.worker.finish_batch_delay_us)},
+                 daemon_clock),
         lease(conninfo, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config)), stall,
-              running, hooks, &monitoring.worker_metrics()) {}
+              running, hooks, &monitoring.worker_metrics(), daemon_clock) {}
 
   static int TotalSlots(const DaemonConfig& config) {
     int slots = 0;
@@ -178,11 +180,12 @@ struct Daemon::Services {
   }
 
   // True once every runner has drained; waits until `until` at most.
-  bool Drained(Clock::time_point until) const {
+  bool Drained(ServiceClock::time_point until) const {
     return std::all_of(runners.begin(), runners.end(),
                        [&](const auto& r) { return r->WaitDrained(until); });
   }
 
+  const ServiceClock& clock;
   const WorkerConfig& timings;
   WorkerIdentity identity;
   RunningJobs running;
@@ -201,8 +204,9 @@ struct Daemon::Services {
   // probes read the runners: it stops before they go.
   struct StopFinisher {
     Finisher& finisher;
-    ~StopFinisher() { finisher.Stop(Clock::now()); }
-  } stop_finisher{finisher};
+    const ServiceClock& clock;
+    ~StopFinisher() { finisher.Stop(clock.Now()); }
+  } stop_finisher{finisher, clock};
   struct StopMonitoring {
     Monitoring& monitoring;
     ~StopMonitoring() { monitoring.Stop(); }
@@ -249,7 +253,7 @@ std::string StartFailure(const std::exception& e, const std::string& starting) {
 }  // namespace
 
 std::unique_ptr<Daemon::Services> Daemon::Start() {
-  auto s = std::make_unique<Services>(config_, conninfo_, hooks_.get());
+  auto s = std::make_unique<Services>(config_, conninfo_, hooks_.get(), clock_);
   std::string starting;
   try {
     CheckSchema(conninfo_);
@@ -268,7 +272,7 @@ std::unique_ptr<Daemon::Services> Daemon::Start() {
     // did start stops as at a SIGTERM, without waiting for a signal.
     spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(e, starting), conninfo_)));
     StopClaiming(*s);
-    s->Drained(Clock::now() + std::chrono::microseconds(config_.worker.shutdown_timeout_us));
+    s->Drained(clock_.Now() + std::chrono::microseconds(config_.worker.shutdown_timeout_us));
     if (!Stop(*s, /*second_signal=*/false)) {
       std::fflush(stderr);
       std::_Exit(1);
@@ -289,7 +293,7 @@ void Daemon::StartWork(Services& s, std::string& starting) {
     starting = "the claim loop of queue " + q.name;
     s.runners.push_back(std::make_unique<QueueRunner>(q, s.timings, conninfo_, s.stall, handlers_,
                                                        s.running, s.finisher, s.lease,
-                                                       s.monitoring.worker_metrics(), hooks_.get()));
+                                                       s.monitoring.worker_metrics(), hooks_.get(), clock_));
     s.runners.back()->Start();
     queues += fmt::format("{}{}(slots={},{}{})", queues.empty() ? "" : ",", q.name, q.slots,
                           q.mode == ClaimMode::kFair ? "fair" : "ordered",
@@ -298,24 +302,27 @@ void Daemon::StartWork(Services& s, std::string& starting) {
   s.lease.SetHeldJobs([&s] { return s.Held(); });
   if (config_.worker.listen_notify) {
     starting = "the notify listener";
-    s.listener = std::make_unique<NotifyListener>(conninfo_, [&s](const std::string& queue) {
-      for (auto& r : s.runners) {
-        if (queue.empty() || r->name() == queue) r->Wake();
-      }
-    });
+    s.listener = std::make_unique<NotifyListener>(
+        conninfo_,
+        [&s](const std::string& queue) {
+          for (auto& r : s.runners) {
+            if (queue.empty() || r->name() == queue) r->Wake();
+          }
+        },
+        clock_);
     s.listener->Start();
   }
   starting = "the periodic scheduler";
-  s.periodic = std::make_unique<PeriodicScheduler>(conninfo_, s.stall, config_.periodic);
+  s.periodic = std::make_unique<PeriodicScheduler>(conninfo_, s.stall, config_.periodic, clock_);
   s.periodic->Start();
   if (config_.pruning.enabled) {
     starting = "the pruner";
-    s.pruner = std::make_unique<Pruner>(conninfo_, s.stall, config_.pruning);
+    s.pruner = std::make_unique<Pruner>(conninfo_, s.stall, config_.pruning, clock_);
     s.pruner->Start();
   }
   const auto health_grace = notifier_.watchdog_interval().value_or(std::chrono::seconds(60));
   if (config_.metrics.enabled && config_.web.enabled) {
-    s.page = std::make_unique<StatusPage>(conninfo_, config_.web, s.stall);
+    s.page = std::make_unique<StatusPage>(conninfo_, config_.web, s.stall, StatusPageOptions{}, clock_);
   }
   starting = "the metrics listener";
   s.monitoring.Start({
@@ -329,7 +336,7 @@ void Daemon::StartWork(Services& s, std::string& starting) {
       .stalled_loop =
           [&s, health_grace]() -> std::optional<std::string> {
             if (s.draining.load()) return std::nullopt;
-            return StalledLoop(s.Loops(), Clock::now(), health_grace);
+            return StalledLoop(s.Loops(), s.clock.Now(), health_grace);
           },
       .pages = s.page ? std::function<HttpReply(const HttpRequest&)>(
                              [page = s.page.get()](const HttpRequest& r) { return page->Handle(r); })
@@ -357,7 +364,7 @@ void Daemon::Serve(Services& s) {
                    LogValue(sigabbrev_np(sig)), FormatDuration(config_.worker.shutdown_timeout_us));
       return;
     }
-    if (watchdog && !StalledLoop(s.Loops(), Clock::now(), *watchdog)) notifier_.Notify("WATCHDOG=1");
+    if (watchdog && !StalledLoop(s.Loops(), clock_.Now(), *watchdog)) notifier_.Notify("WATCHDOG=1");
     notifier_.Notify("STATUS=" + s.Status(s.lease.held() ? "claiming; busy" : "lease lost; busy"));
   }
 }
@@ -374,10 +381,10 @@ bool Daemon::Drain(Services& s) {
   notifier_.Notify("STOPPING=1\nSTATUS=draining");
   StopClaiming(s);
   const auto watchdog = notifier_.watchdog_interval();
-  const auto deadline = Clock::now() + std::chrono::microseconds(config_.worker.shutdown_timeout_us);
+  const auto deadline = clock_.Now() + std::chrono::microseconds(config_.worker.shutdown_timeout_us);
   bool fast = false;
-  while (!s.Drained(Clock::now()) && Clock::now() < deadline && !fast) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  while (!s.Drained(clock_.Now()) && clock_.Now() < deadline && !fast) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_.Now());
     int sig = WaitSignal(std::min(left, std::chrono::milliseconds(100)));
     if (sig == SIGTERM || sig == SIGINT) {
       fast = true;
@@ -397,7 +404,7 @@ bool Daemon::Stop(Services& s, bool second_signal) {
   // Handlers end within their kill grace; a plugin that ignores the stop is
   // left behind (its job is rescued after heartbeat_ttl).
   const auto grace = std::chrono::microseconds(MaxKillGraceUs(config_));
-  if (!s.Drained(Clock::now() + grace + std::chrono::seconds(10))) {
+  if (!s.Drained(clock_.Now() + grace + std::chrono::seconds(10))) {
     int left = 0;
     for (const auto& r : s.runners) left += r->busy_slots();
     spdlog::error(
@@ -407,7 +414,7 @@ bool Daemon::Stop(Services& s, bool second_signal) {
     return false;
   }
   for (auto& r : s.runners) r->Join();
-  s.finisher.Stop(Clock::now() + std::chrono::seconds(10));
+  s.finisher.Stop(clock_.Now() + std::chrono::seconds(10));
   s.monitoring.Stop();
   s.lease.Stop(/*deregister=*/true);
   spdlog::info("stopped worker={}", s.lease.worker_id());

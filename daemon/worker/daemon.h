@@ -23,6 +23,7 @@
 #include "config/config.h"
 #include "hooks/transition_hooks.h"
 #include "worker/handler_registry.h"
+#include "runtime/service_clock.h"
 #include "runtime/systemd_notifier.h"
 
 namespace akadzed {
@@ -34,9 +35,10 @@ void BlockDaemonSignals();
 class Daemon {
  public:
   // `hooks` may be null (no transition hooks). They are not reloaded by
-  // SIGHUP: the config's `hooks:` take effect on restart.
+  // SIGHUP: the config's `hooks:` take effect on restart. `clock`: the one
+  // clock every loop of the daemon reads (runtime/service_clock.h).
   Daemon(DaemonConfig config, std::string conninfo, HandlerMap handlers,
-         std::unique_ptr<TransitionHooks> hooks = nullptr);
+         std::unique_ptr<TransitionHooks> hooks = nullptr, const ServiceClock& clock = SteadyServiceClock());
 
   // Runs the phases below until SIGTERM/SIGINT and the drain are over.
   // Returns the exit code: 0 after a clean shutdown, 1 when the start
@@ -98,6 +100,7 @@ class Daemon {
   HandlerRegistry handlers_;
   std::unique_ptr<TransitionHooks> hooks_;  // never null
   SystemdNotifier notifier_;
+  const ServiceClock& clock_;
 };
 
 }  // namespace akadzed

@@ -45,17 +45,18 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
 }  // namespace
 
 Finisher::Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
-                   FinisherOptions options)
+                   FinisherOptions options, const ServiceClock& clock)
     : session_(std::move(conninfo), "akadzed finisher", stall_timeout),
-      guard_(SteadyServiceClock(), RetryBackoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500))),
+      guard_(clock, RetryBackoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500))),
       metrics_(metrics),
       hooks_(options.hooks),
       plan_(options.plan),
       tally_(options.tally),
-      batch_delay_(options.batch_delay) {}
+      batch_delay_(options.batch_delay),
+      loop_(clock) {}
 
 Finisher::~Finisher() {
-  if (loop_.started()) Stop(std::chrono::steady_clock::now());
+  if (loop_.started()) Stop(loop_.clock().Now());
 }
 
 void Finisher::Start() { loop_.Start("finisher", [this] { Loop(); }); }
@@ -66,7 +67,7 @@ void Finisher::Submit(FinishItem item) {
   bool notify;
   {
     MutexLock lock(loop_.mu());
-    if (pending_.empty()) pending_since_ = std::chrono::steady_clock::now();
+    if (pending_.empty()) pending_since_ = loop_.clock().Now();
     pending_.push_back(std::move(item));
     // The loop waits for the first finish, or for a full batch during its
     // batch delay: a wake-up for every finish in between would cost the
@@ -76,7 +77,7 @@ void Finisher::Submit(FinishItem item) {
   if (notify) loop_.Notify();
 }
 
-void Finisher::Stop(std::chrono::steady_clock::time_point deadline) {
+void Finisher::Stop(ServiceClock::time_point deadline) {
   {
     MutexLock lock(loop_.mu());
     deadline_ = deadline;
@@ -90,65 +91,100 @@ std::int64_t Finisher::statements() const {
 }
 
 void Finisher::Loop() {
-  std::deque<FinishItem> batch;
   for (;;) {
-    {
-      MutexLock lock(loop_.mu());
-      loop_.Wait(lock, [&]() REQUIRES(loop_.mu()) { return !pending_.empty() || !batch.empty(); });
-      if (batch.empty() && batch_delay_.count() > 0) {
-        // Returns at once when stopping: what is pending goes out now.
-        // pending_since_ is the first of pending_ only when the last batch
-        // took all of it; items left behind (beyond kMaxBatch) keep the
-        // older time and go out sooner, never later.
-        loop_.WaitUntil(lock, pending_since_ + batch_delay_,
-                        [&]() REQUIRES(loop_.mu()) { return pending_.size() >= kMaxBatch; });
-      }
-      while (!pending_.empty() && batch.size() < kMaxBatch) {
-        batch.push_back(std::move(pending_.front()));
-        pending_.pop_front();
-      }
-      if (batch.empty() && loop_.stop_requested_locked()) return;
-    }
-    bool written = false;
-    try {
-      written = Write(batch);
-    } catch (const std::exception& e) {  // not a database error: retried like one
-      const RoundFailure f = guard_.Failed(e);
-      spdlog::log(f.level, "finish_failed count={} | {}", batch.size(), f.message);
-      retry_in_ = f.retry_in;
-    }
-    loop_.MarkRound();
-    if (written) {
-      if (auto ended = guard_.Succeeded()) {
-        spdlog::info("finish_recovered failures={} outage_ms={}", ended->failures, ended->ms);
-      }
-      continue;
-    }
-    // The database is away: keep the batch and try again, until shutdown's
-    // deadline; then the rescue recovers these jobs.
+    const FinisherRound round = Round();
+    if (round.done) return;
     MutexLock lock(loop_.mu());
-    const auto past_deadline = [&]() REQUIRES(loop_.mu()) {
-      return loop_.stop_requested_locked() && std::chrono::steady_clock::now() >= deadline_;
-    };
-    if (past_deadline()) {
-      spdlog::error(
-          "finish_unrecorded count={} | the database stayed unreachable; these jobs stay running "
-          "under this worker and are rescued after heartbeat_ttl",
-          batch.size() + pending_.size());
-      std::vector<const FinishItem*> ended;
-      for (auto* items : {&batch, &pending_}) {
-        for (auto& item : *items) {
-          metrics_.JobEnded(item.job.task, "unrecorded", item.duration_ms / 1000);
-          ended.push_back(&item);
-        }
-      }
-      FreeSlots(ended);
-      batch.clear();
-      pending_.clear();
-      return;
+    if (!round.next_round) {
+      // Until a finish is submitted (or the stop: the next round says so).
+      loop_.Wait(lock, [&]() REQUIRES(loop_.mu()) { return !pending_.empty() || !batch_.empty(); });
+    } else if (round.kept == 0) {
+      // The batch delay: returns at once when stopping (what is pending
+      // goes out now) or when a batch is full.
+      loop_.WaitUntil(lock, *round.next_round, [&]() REQUIRES(loop_.mu()) { return pending_.size() >= kMaxBatch; });
+    } else {
+      // The database is away: the batch is tried again after the backoff,
+      // through a stop, until the stop's deadline.
+      const auto retry_in = std::chrono::duration_cast<ServiceLoop::Duration>(*round.next_round - loop_.clock().Now());
+      loop_.WaitForIgnoringStop(lock, retry_in, [&]() REQUIRES(loop_.mu()) {
+        return loop_.stop_requested_locked() && loop_.clock().Now() >= deadline_;
+      });
     }
-    loop_.WaitForIgnoringStop(lock, retry_in_, past_deadline);
   }
+}
+
+FinisherRound Finisher::Round() {
+  {
+    MutexLock lock(loop_.mu());
+    const bool stopping = loop_.stop_requested_locked();
+    // A new batch waits out its delay from its first finish, unless full or
+    // stopping. pending_since_ is the first of pending_ only when the last
+    // batch took all of it; items left behind (beyond kMaxBatch) keep the
+    // older time and go out sooner, never later.
+    if (batch_.empty() && !pending_.empty() && batch_delay_.count() > 0 && !stopping &&
+        pending_.size() < kMaxBatch && loop_.clock().Now() < pending_since_ + batch_delay_) {
+      FinisherRound wait;
+      wait.next_round = pending_since_ + batch_delay_;
+      return wait;
+    }
+    while (!pending_.empty() && batch_.size() < kMaxBatch) {
+      batch_.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+    }
+    if (batch_.empty()) {
+      FinisherRound idle;
+      idle.done = stopping;
+      return idle;
+    }
+  }
+  return WriteBatch();
+}
+
+FinisherRound Finisher::WriteBatch() {
+  const std::size_t taken = batch_.size();
+  bool written = false;
+  try {
+    written = Write(batch_);
+  } catch (const std::exception& e) {  // not a database error: retried like one
+    const RoundFailure f = guard_.Failed(e);
+    spdlog::log(f.level, "finish_failed count={} | {}", batch_.size(), f.message);
+    retry_in_ = f.retry_in;
+  }
+  loop_.MarkRound();
+  FinisherRound round;
+  round.ended = taken - batch_.size();
+  round.kept = batch_.size();
+  if (written) {
+    if (auto ended = guard_.Succeeded()) {
+      spdlog::info("finish_recovered failures={} outage_ms={}", ended->failures, ended->ms);
+    }
+    return round;
+  }
+  // The database is away: keep the batch and try again, until shutdown's
+  // deadline; then the rescue recovers these jobs.
+  MutexLock lock(loop_.mu());
+  if (!loop_.stop_requested_locked() || loop_.clock().Now() < deadline_) {
+    round.next_round = loop_.clock().Now() + retry_in_;
+    return round;
+  }
+  spdlog::error(
+      "finish_unrecorded count={} | the database stayed unreachable; these jobs stay running "
+      "under this worker and are rescued after heartbeat_ttl",
+      batch_.size() + pending_.size());
+  std::vector<const FinishItem*> ended;
+  for (auto* items : {&batch_, &pending_}) {
+    for (auto& item : *items) {
+      metrics_.JobEnded(item.job.task, "unrecorded", item.duration_ms / 1000);
+      ended.push_back(&item);
+    }
+  }
+  FreeSlots(ended);
+  round.ended += ended.size();
+  round.kept = 0;
+  round.done = true;
+  batch_.clear();
+  pending_.clear();
+  return round;
 }
 
 void Finisher::FreeSlots(const std::vector<const FinishItem*>& ended) {

@@ -68,25 +68,52 @@ struct FinisherOptions {
   std::chrono::microseconds batch_delay{};
 };
 
+// What one round of the finisher did (Finisher::Round).
+struct FinisherRound {
+  // Finishes that ended: recorded, found stale or given up (their slots
+  // freed), or, past the stop's deadline, left unrecorded.
+  std::size_t ended = 0;
+  // Finishes kept for the next try: the database was away, or a hook
+  // refused them.
+  std::size_t kept = 0;
+  // When the next round is due, by the clock: the end of the batch delay of
+  // what is pending (kept == 0), or the retry after a failure (kept > 0).
+  // None: when a finish is submitted.
+  std::optional<ServiceClock::time_point> next_round;
+  // The stop was requested and nothing is left to write (or the stop's
+  // deadline passed with the database away): the loop ends.
+  bool done = false;
+};
+
 class Finisher {
  public:
   // Job outcomes and durations are counted in `metrics` as finishes are
   // recorded (or found stale, or given up on). `stall_timeout` bounds its
   // transactions (pg::Connection::Open).
   Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
-           FinisherOptions options = {});
+           FinisherOptions options = {}, const ServiceClock& clock = SteadyServiceClock());
   ~Finisher();
 
   void Start();
   void Submit(FinishItem item);
-  // Writes what is pending, retrying until `deadline`, then stops the thread.
-  void Stop(std::chrono::steady_clock::time_point deadline);
+  // Writes what is pending, retrying until `deadline` (by the clock), then
+  // stops the thread.
+  void Stop(ServiceClock::time_point deadline);
+  // One round, on the finisher's thread (or a test's, with the thread never
+  // started): when what is pending is due (its batch delay passed by the
+  // clock, a full batch, a stop, or a batch kept from a failed try), writes
+  // up to kMaxBatch of it in one statement per worker id; after a failure,
+  // says when to try again; past the stop's deadline with the database
+  // away, gives the rest up (finish_unrecorded).
+  FinisherRound Round();
 
   // Statements issued and finishes recorded so far (for logs and tests).
   std::int64_t statements() const;
 
  private:
   void Loop();
+  // Round's write of batch_ and what follows from it.
+  FinisherRound WriteBatch();
   // Records `batch`; returns false if the database could not be reached or
   // a hook refused some finishes (those stay in `batch`, to be tried again).
   bool Write(std::deque<FinishItem>& batch);
@@ -129,12 +156,15 @@ class Finisher {
   const FinishPlan plan_;
   FinishTally* const tally_;  // may be null: counts each applied finish by queue
   const std::chrono::microseconds batch_delay_;
+  // What the round writes, taken from pending_; kept here when it could not
+  // be written. The finisher thread only.
+  std::deque<FinishItem> batch_;
   // The thread, its stop, and the mutex (loop_.mu()) guarding:
   ServiceLoop loop_;
   std::deque<FinishItem> pending_ GUARDED_BY(loop_.mu());
   // When the oldest of pending_ was submitted (batch_delay_ counts from it).
-  std::chrono::steady_clock::time_point pending_since_ GUARDED_BY(loop_.mu()) = {};
-  std::chrono::steady_clock::time_point deadline_ GUARDED_BY(loop_.mu()) = {};
+  ServiceClock::time_point pending_since_ GUARDED_BY(loop_.mu()) = {};
+  ServiceClock::time_point deadline_ GUARDED_BY(loop_.mu()) = {};
   std::int64_t statements_ GUARDED_BY(loop_.mu()) = 0;
 };
 

@@ -17,10 +17,12 @@
 
 namespace akadzed {
 
-NotifyListener::NotifyListener(std::string conninfo, std::function<void(const std::string&)> wake)
+NotifyListener::NotifyListener(std::string conninfo, std::function<void(const std::string&)> wake,
+                               const ServiceClock& clock)
     : conninfo_(std::move(conninfo)),
       wake_(std::move(wake)),
-      guard_(SteadyServiceClock(), RetryBackoff(std::chrono::milliseconds(500), std::chrono::seconds(30))) {}
+      loop_(clock),
+      guard_(clock, RetryBackoff(std::chrono::milliseconds(500), std::chrono::seconds(30))) {}
 
 NotifyListener::~NotifyListener() { Stop(); }
 

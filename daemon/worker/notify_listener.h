@@ -24,7 +24,8 @@ class Connection;
 class NotifyListener {
  public:
   // `wake(queue)` is called on the listener's thread; "" means every queue.
-  NotifyListener(std::string conninfo, std::function<void(const std::string&)> wake);
+  NotifyListener(std::string conninfo, std::function<void(const std::string&)> wake,
+                 const ServiceClock& clock = SteadyServiceClock());
   ~NotifyListener();
   NotifyListener(const NotifyListener&) = delete;
   NotifyListener& operator=(const NotifyListener&) = delete;

@@ -25,7 +25,7 @@ TEST_CASE("two runs of one job are stopped and removed separately", "[running]")
   CHECK(second.reason() == StopReason::kCancelRequested);
 }
 
-// An executor keeps one stop handle for all its jobs (queue_runner.cpp).
+// An executor keeps one stop handle for all its jobs (executor_pool.h, job_runner.cpp).
 TEST_CASE("a stop handle reset for the next job is as new: no reason, its fd quiet until the next request",
           "[running]") {
   const auto readable = [](const JobStop& stop) {
