@@ -233,17 +233,24 @@ int Daemon::Run() {
 
 namespace {
 
-// The start_failed line for `e`, thrown while `starting` started: a thread
-// that could not start (std::thread's std::system_error) names what it was
-// for.
-std::string StartFailure(const std::exception& e, const std::string& starting) {
-  const auto* error = dynamic_cast<const std::system_error*>(&e);
-  if (error == nullptr || starting.empty()) return e.what();
-  std::string line = "cannot start " + starting + ": " + error->code().message();
-  if (error->code() == std::errc::resource_unavailable_try_again) {
-    line += " (a limit on threads: systemd's TasksMax, a pids cgroup, ulimit -u?)";
+// The start_failed line for `error`, thrown while `starting` started: a
+// thread that could not start (std::thread's std::system_error) names what
+// it was for.
+std::string StartFailure(const std::exception_ptr& error, const std::string& starting) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::system_error& e) {
+    if (starting.empty()) return e.what();
+    std::string line = "cannot start " + starting + ": " + e.code().message();
+    if (e.code() == std::errc::resource_unavailable_try_again) {
+      line += " (a limit on threads: systemd's TasksMax, a pids cgroup, ulimit -u?)";
+    }
+    return line;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
   }
-  return line;
 }
 
 }  // namespace
@@ -257,16 +264,16 @@ std::unique_ptr<Daemon::Services> Daemon::Start() {
     s->lease.SetFinishTally(&s->finish_tally);
     starting = "the lease keeper";
     s->lease.Start();
-  } catch (const std::exception& e) {
-    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(e, starting), conninfo_)));
+  } catch (const std::exception&) {
+    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(std::current_exception(), starting), conninfo_)));
     return nullptr;
   }
   try {
     StartWork(*s, starting);
-  } catch (const std::exception& e) {
+  } catch (const std::exception&) {
     // A thread that cannot start (TasksMax, a pids cgroup), or memory: what
     // did start stops as at a SIGTERM, without waiting for a signal.
-    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(e, starting), conninfo_)));
+    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(std::current_exception(), starting), conninfo_)));
     StopClaiming(*s);
     s->Drained(Clock::now() + std::chrono::microseconds(config_.worker.shutdown_timeout_us));
     if (!Stop(*s, /*second_signal=*/false)) {

@@ -112,8 +112,8 @@ void Finisher::Loop() {
     bool written = false;
     try {
       written = Write(batch);
-    } catch (const std::exception& e) {  // not a database error: retried like one
-      const RoundFailure f = guard_.Failed(e);
+    } catch (const std::exception&) {  // not a database error: retried like one
+      const RoundFailure f = guard_.Failed(std::current_exception());
       spdlog::log(f.level, "finish_failed count={} | {}", batch.size(), f.message);
       retry_in_ = f.retry_in;
     }
@@ -285,7 +285,7 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
         // row fault (pg_error.h); a lost connection may still carry the
         // SQLSTATE of the row error that came before it broke.
         if (e.poisons_connection() || one_by_one || !pg::IsRowFaultSqlState(e.sqlstate())) {
-          const RoundFailure f = guard_.Failed(e);
+          const RoundFailure f = guard_.Failed(std::current_exception());
           spdlog::log(f.level, "finish_failed count={} | {}", requests.size(), f.message);
           retry_in_ = f.retry_in;
           return false;

@@ -64,9 +64,9 @@ void LeaseKeeper::RunRound() {
     if (auto ended = guard_.Succeeded()) {
       spdlog::info("heartbeat_recovered failures={} outage_ms={}", ended->failures, ended->ms);
     }
-  } catch (const std::exception& e) {
+  } catch (const std::exception&) {
     round_failed_ = true;
-    const RoundFailure f = guard_.Failed(e);
+    const RoundFailure f = guard_.Failed(std::current_exception());
     spdlog::log(f.level, "heartbeat_failed | {}", f.message);
   }
   loop_.MarkRound();

@@ -376,7 +376,7 @@ void QueueRunner::ClaimLoop() {
           if (dynamic_cast<const pg::InDoubtError*>(&e) && !in_doubt_worker) {
             in_doubt_worker = request.worker_id;
           }
-          const RoundFailure f = guard_.Failed(e);
+          const RoundFailure f = guard_.Failed(std::current_exception());
           spdlog::log(f.level, "claim_failed queue={} | {}", LogValue(queue_.name), f.message);
           back_off(f.retry_in);
         }
