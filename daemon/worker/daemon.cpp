@@ -21,15 +21,19 @@
 #include "web/status_page.h"
 #include "pg/pg_error.h"
 #include "schema/migrations.h"
+#include "worker/finish_count_writer.h"
 #include "worker/finisher.h"
+#include "worker/job_rescuer.h"
 #include "worker/lease_keeper.h"
 #include "runtime/log_line.h"
 #include "runtime/loop_health.h"
 #include "runtime/logging.h"
 #include "worker/notify_listener.h"
 #include "periodic/periodic_scheduler.h"
+#include "worker/progress_writer.h"
 #include "worker/pruner.h"
 #include "worker/queue_runner.h"
+#include "worker/queued_sweeper.h"
 #include "worker/running_jobs.h"
 
 namespace akadzed {
@@ -133,7 +137,14 @@ struct Daemon::Services {
                   .tally = &finish_tally,
                   .batch_delay = std::chrono::microseconds(config.worker.finish_batch_delay_us)}),
         lease(conninfo, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config)), stall,
-              running, hooks, &monitoring.worker_metrics()) {}
+              running, hooks),
+        // The lease's other duties, each a service of its own on the lease's
+        // connection.
+        rescuer(lease.session(), lease, timings, hooks),
+        sweeper(lease.session(), std::chrono::microseconds(timings.heartbeat_interval_us), hooks,
+                &monitoring.worker_metrics()),
+        progress(lease.session(), lease, running, std::chrono::microseconds(timings.heartbeat_interval_us)),
+        finish_counts(lease.session(), finish_tally, std::chrono::microseconds(timings.heartbeat_interval_us)) {}
 
   static int TotalSlots(const DaemonConfig& config) {
     int slots = 0;
@@ -186,7 +197,7 @@ struct Daemon::Services {
   const WorkerConfig& timings;
   WorkerIdentity identity;
   RunningJobs running;
-  FinishTally finish_tally;  // the finisher adds, the lease keeper writes
+  FinishTally finish_tally;  // the finisher adds, finish_counts writes
   // The status page (web.enabled, on the metrics listener): made before the
   // listener serves it, destroyed after the listener stopped.
   std::unique_ptr<StatusPage> page;
@@ -194,6 +205,10 @@ struct Daemon::Services {
   std::chrono::milliseconds stall;
   Finisher finisher;
   LeaseKeeper lease;
+  JobRescuer rescuer;
+  QueuedSweeper sweeper;
+  ProgressWriter progress;
+  FinishCountWriter finish_counts;
   std::vector<std::unique_ptr<QueueRunner>> runners;
   // Declared after the runners, so these run before they go. The finisher
   // frees slots of the runners (FinishItem::slot): on a path that skips
@@ -261,7 +276,6 @@ std::unique_ptr<Daemon::Services> Daemon::Start() {
   try {
     CheckSchema(conninfo_);
     s->monitoring.Bind();
-    s->lease.SetFinishTally(&s->finish_tally);
     starting = "the lease keeper";
     s->lease.Start();
   } catch (const std::exception&) {
@@ -289,6 +303,14 @@ std::unique_ptr<Daemon::Services> Daemon::Start() {
 }
 
 void Daemon::StartWork(Services& s, std::string& starting) {
+  starting = "the rescue";
+  s.rescuer.Start();
+  starting = "the queued sweep";
+  s.sweeper.Start();
+  starting = "the progress writer";
+  s.progress.Start();
+  starting = "the finish counts writer";
+  s.finish_counts.Start();
   starting = "the finisher";
   s.finisher.Start();
   std::string& queues = s.queues_text;
@@ -416,6 +438,11 @@ bool Daemon::Stop(Services& s, bool second_signal) {
   for (auto& r : s.runners) r->Join();
   s.finisher.Stop(Clock::now() + std::chrono::seconds(10));
   s.monitoring.Stop();
+  // The services on the lease's connection, then the lease.
+  s.finish_counts.Stop();
+  s.progress.Stop();
+  s.sweeper.Stop();
+  s.rescuer.Stop();
   s.lease.Stop(/*deregister=*/true);
   spdlog::info("stopped worker={}", s.lease.worker_id());
   return true;
