@@ -5,10 +5,12 @@
 namespace akadzed {
 
 std::string_view DatabaseErrorCounter::Kind(const pg::PgError& error) {
-  if (dynamic_cast<const pg::InDoubtError*>(&error)) return "in_doubt";
-  if (dynamic_cast<const pg::ConnectionError*>(&error)) return "connection";
-  if (dynamic_cast<const pg::TransientError*>(&error)) return "transient";
-  return "sql";
+  switch (error.kind()) {
+    case pg::ErrorKind::kInDoubt: return "in_doubt";
+    case pg::ErrorKind::kConnection: return "connection";
+    case pg::ErrorKind::kTransient: return "transient";
+    default: return "sql";  // a row's fault too
+  }
 }
 
 void DatabaseErrorCounter::OnError(const pg::PgError& error) noexcept {

@@ -167,8 +167,8 @@ ServiceClock::time_point PeriodicScheduler::Tick() {
     if (auto ended = guard_.Succeeded()) {
       spdlog::info("periodic_recovered failures={} outage_ms={}", ended->failures, ended->ms);
     }
-  } catch (const std::exception& e) {
-    const RoundFailure f = guard_.Failed(e);
+  } catch (const std::exception&) {
+    const RoundFailure f = guard_.Failed(std::current_exception());
     spdlog::log(f.level, "periodic_failed | {}; retrying every second", RedactSecrets(f.message));
     return started + std::chrono::duration_cast<microseconds>(f.retry_in);
   }

@@ -7,6 +7,29 @@
 
 namespace akadzed::pg {
 
+const char* ErrorKindName(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kConnection: return "connection";
+    case ErrorKind::kInDoubt: return "in_doubt";
+    case ErrorKind::kTransient: return "transient";
+    case ErrorKind::kRowFault: return "row_fault";
+    case ErrorKind::kSql: return "sql";
+    case ErrorKind::kOther: return "other";
+  }
+  return "other";
+}
+
+ErrorKind ErrorKindOf(const std::exception_ptr& error) noexcept {
+  if (!error) return ErrorKind::kOther;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PgError& e) {
+    return e.kind();
+  } catch (...) {
+    return ErrorKind::kOther;
+  }
+}
+
 bool IsTransientSqlState(std::string_view s) {
   return s == "40001"     // serialization_failure
          || s == "40P01"  // deadlock_detected
@@ -95,6 +118,7 @@ void ThrowForResult(PGconn* conn, const PGresult* result, std::string_view what,
     Raise(ConnectionError(message, sqlstate));
   }
   if (IsTransientSqlState(sqlstate)) Raise(TransientError(message, sqlstate));
+  if (IsRowFaultSqlState(sqlstate)) Raise(RowFaultError(message, sqlstate));
   Raise(SqlError(message, sqlstate));
 }
 

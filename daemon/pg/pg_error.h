@@ -10,11 +10,19 @@
 //                   transaction is rolled back. Not worth retrying as is.
 //   TransientError  a SqlError that a retry of the whole transaction may cure
 //                   (serialization failure, deadlock, lock timeout).
+//   RowFaultError   a SqlError that one row of the statement may have caused
+//                   (IsRowFaultSqlState: a data exception, a constraint, an
+//                   application's trigger raising): the statement may be
+//                   retried row by row, and a row that still fails given an
+//                   outcome of its own (store/poison_rows.h).
 //   ConnectionError the connection is gone or unusable; discard it, reconnect
 //                   and retry. Always transient.
 //   InDoubtError    the connection broke (or no reply came) while COMMIT was in flight: the
 //                   transaction may or may not have committed.
 // Messages never contain a password: they pass through RedactSecrets().
+// Code that must tell the kinds apart without catching each class (a loop's
+// RoundGuard, the error counter) asks PgError::kind() or, for an exception
+// of any type, ErrorKindOf(): the one place that sorts them.
 //
 // Thread-safety: the classes are immutable values, safe to share.
 #pragma once
@@ -22,12 +30,26 @@
 #include <libpq-fe.h>
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
 namespace akadzed::pg {
+
+// What a failure is, for a caller deciding what to do about it.
+enum class ErrorKind {
+  kConnection,  // ConnectionError: the server is away; reconnect and retry
+  kInDoubt,     // InDoubtError: the connection broke during COMMIT
+  kTransient,   // TransientError: retry the whole transaction
+  kRowFault,    // RowFaultError: one row's fault; isolate it (store/poison_rows.h)
+  kSql,         // any other SqlError: the server's state or the statement
+  kOther,       // not a PgError (a bug, a hook's refusal, out of memory)
+};
+
+// "connection", "in_doubt", "transient", "row_fault", "sql", "other".
+const char* ErrorKindName(ErrorKind kind);
 
 class PgError : public std::runtime_error {
  public:
@@ -40,6 +62,7 @@ class PgError : public std::runtime_error {
   virtual bool transient() const { return false; }
   // True when the connection must be discarded.
   virtual bool poisons_connection() const { return false; }
+  virtual ErrorKind kind() const { return ErrorKind::kSql; }
 
  private:
   std::string sqlstate_;
@@ -54,6 +77,13 @@ class TransientError : public SqlError {
  public:
   using SqlError::SqlError;
   bool transient() const override { return true; }
+  ErrorKind kind() const override { return ErrorKind::kTransient; }
+};
+
+class RowFaultError : public SqlError {
+ public:
+  using SqlError::SqlError;
+  ErrorKind kind() const override { return ErrorKind::kRowFault; }
 };
 
 class ConnectionError : public PgError {
@@ -61,12 +91,19 @@ class ConnectionError : public PgError {
   using PgError::PgError;
   bool transient() const override { return true; }
   bool poisons_connection() const override { return true; }
+  ErrorKind kind() const override { return ErrorKind::kConnection; }
 };
 
 class InDoubtError : public ConnectionError {
  public:
   using ConnectionError::ConnectionError;
+  ErrorKind kind() const override { return ErrorKind::kInDoubt; }
 };
+
+// The kind of `error` (a PgError's kind(); kOther for any other exception,
+// or none): the one sorting of failures, by type, for code that holds an
+// exception of any type (std::current_exception() in a catch).
+ErrorKind ErrorKindOf(const std::exception_ptr& error) noexcept;
 
 // True for SQLSTATEs after which a retry of the transaction may succeed.
 bool IsTransientSqlState(std::string_view sqlstate);
@@ -78,6 +115,7 @@ bool IsConnectionSqlState(std::string_view sqlstate);
 // 08, 25 such as a read-only transaction, 40, 53, 55, 57 such as a statement
 // timeout or cancel, 58, XX): only after the former may a statement be
 // retried row by row and a row that still fails be given an outcome.
+// ThrowForResult() throws RowFaultError for these; callers catch the type.
 bool IsRowFaultSqlState(std::string_view sqlstate);
 
 // Sees every PgError just before ThrowForResult(), ThrowForConnection() or

@@ -140,31 +140,27 @@ std::optional<OutageLog::Ended> RoundGuard::Succeeded() {
   return outage_.Success();
 }
 
-RoundFailure RoundGuard::Failed(const std::exception& error) {
-  std::string message = OneLine(error.what());
-  // Most derived first: InDoubtError is a ConnectionError, TransientError
-  // an SqlError.
-  if (dynamic_cast<const pg::InDoubtError*>(&error) != nullptr) {
-    return Sort(RoundFailureKind::kInDoubt, false, std::move(message));
+RoundFailure RoundGuard::Failed(const std::exception_ptr& error) {
+  std::string message = "unknown exception";
+  try {
+    if (error) std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    message = OneLine(e.what());
+  } catch (...) {
   }
-  if (dynamic_cast<const pg::ConnectionError*>(&error) != nullptr) {
-    return Sort(RoundFailureKind::kOutage, false, std::move(message));
-  }
-  if (dynamic_cast<const pg::TransientError*>(&error) != nullptr) {
-    return Sort(RoundFailureKind::kSqlError, true, std::move(message));
-  }
-  if (dynamic_cast<const pg::PgError*>(&error) != nullptr) {
-    return Sort(RoundFailureKind::kSqlError, false, std::move(message));
+  switch (pg::ErrorKindOf(error)) {
+    case pg::ErrorKind::kInDoubt: return Sort(RoundFailureKind::kInDoubt, false, std::move(message));
+    case pg::ErrorKind::kConnection: return Sort(RoundFailureKind::kOutage, false, std::move(message));
+    case pg::ErrorKind::kTransient: return Sort(RoundFailureKind::kSqlError, true, std::move(message));
+    case pg::ErrorKind::kRowFault:
+    case pg::ErrorKind::kSql: return Sort(RoundFailureKind::kSqlError, false, std::move(message));
+    case pg::ErrorKind::kOther: break;
   }
   return Sort(RoundFailureKind::kOther, false, std::move(message));
 }
 
 RoundFailure RoundGuard::Failed(RoundFailureKind kind, std::string message) {
   return Sort(kind, false, std::move(message));
-}
-
-RoundFailure RoundGuard::FailedUnknown() {
-  return Sort(RoundFailureKind::kOther, false, "unknown exception");
 }
 
 RoundFailure RoundGuard::Sort(RoundFailureKind kind, bool transient, std::string message) {

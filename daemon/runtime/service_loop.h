@@ -194,11 +194,10 @@ class RoundGuard {
 
   // The round worked: resets the backoff; returns the outage it ends.
   std::optional<OutageLog::Ended> Succeeded();
-  // The round threw `error`: sorts it, counts an outage once (OutageLog),
-  // and says how to log it and how long to wait before the next try.
-  RoundFailure Failed(const std::exception& error);
-  // For a catch (...) of a non-standard exception.
-  RoundFailure FailedUnknown();
+  // The round threw `error` (std::current_exception() in the catch): sorts
+  // it by pg::ErrorKindOf, counts an outage once (OutageLog), and says how
+  // to log it and how long to wait before the next try.
+  RoundFailure Failed(const std::exception_ptr& error);
   // A round that failed without an exception (e.g. a hook refused a finish).
   RoundFailure Failed(RoundFailureKind kind, std::string message);
 

@@ -9,6 +9,7 @@
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
 #include "store/job_sql.h"
+#include "store/poison_rows.h"
 
 namespace akadzed {
 
@@ -63,15 +64,13 @@ std::vector<SweptJob> ToSwept(const pg::Result& rows) {
 std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
                                       const TransitionListener* hooks,
                                       const std::vector<std::int64_t>& exclude, SweepSkips* skips) {
-  const bool hooked = hooks && hooks->AnyFrom(JobState::kQueued);
-  std::vector<std::int64_t> refused;        // by a hook, in this call
-  std::vector<std::int64_t> left = exclude;  // $2: exclude and refused
+  std::vector<std::int64_t> refused;  // by a hook, in this call
   // One batch (or one job: `only`), with its hooks in its transaction; a
   // job a hook refuses is left out and the batch tried again without it.
   auto sweep = [&](const std::optional<std::int64_t>& only) {
-    for (;;) {
-      std::optional<pg::Transaction> tx;
-      if (hooked) tx.emplace(conn);
+    return ToSwept(RunWithHooks(conn, hooks, JobState::kQueued, refused, [&] {
+      std::vector<std::int64_t> left = exclude;  // $2: exclude and refused
+      left.insert(left.end(), refused.begin(), refused.end());
       pg::Params params;
       params.add(batch).add_array(left);
       if (only) {
@@ -79,49 +78,35 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
       } else {
         params.add(std::optional<std::string>());
       }
-      pg::Result rows = conn.exec(SweepSql(), params);
-      if (!tx) return ToSwept(rows);
-      std::vector<std::int64_t> ids;
-      for (int i = 0; i < rows.rows(); ++i) ids.push_back(rows.int64(i, 0));
-      try {
-        hooks->Fire(conn, JobState::kQueued, ids);
-        tx->commit();
-        return ToSwept(rows);
-      } catch (const HookError& e) {
-        tx->rollback();
-        refused.push_back(e.job_id());
-        left.push_back(e.job_id());
-      }
-    }
+      return conn.exec(SweepSql(), params);
+    }));
   };
   std::vector<SweptJob> swept;
-  try {
-    swept = sweep(std::nullopt);
-  } catch (const pg::TransientError&) {
-    throw;
-  } catch (const pg::SqlError& e) {
-    if (!pg::IsRowFaultSqlState(e.sqlstate())) throw;
-    // A row made the statement fail for all: each sweepable job alone.
-    pg::Result candidates = conn.exec(
-        "(SELECT id FROM akadze.jobs WHERE state = 'queued' AND cancel_requested_at IS NOT NULL"
-        "   AND id <> ALL($2::int8[]) ORDER BY id LIMIT $1::int)"
-        " UNION"
-        " (SELECT id FROM akadze.jobs WHERE state = 'queued' AND expires_at IS NOT NULL"
-        "   AND expires_at <= now() AND id <> ALL($2::int8[]) ORDER BY expires_at, id LIMIT $1::int)"
-        " ORDER BY id",
-        pg::Params().add(batch).add_array(left));
-    for (int i = 0; i < candidates.rows(); ++i) {
-      const std::int64_t id = candidates.int64(i, 0);
-      try {
+  // A row made the statement fail for all: each sweepable job alone.
+  IsolatePoisonRows(
+      [&] { swept = sweep(std::nullopt); },
+      [&] {
+        std::vector<std::int64_t> left = exclude;
+        left.insert(left.end(), refused.begin(), refused.end());
+        pg::Result candidates = conn.exec(
+            "(SELECT id FROM akadze.jobs WHERE state = 'queued' AND cancel_requested_at IS NOT NULL"
+            "   AND id <> ALL($2::int8[]) ORDER BY id LIMIT $1::int)"
+            " UNION"
+            " (SELECT id FROM akadze.jobs WHERE state = 'queued' AND expires_at IS NOT NULL"
+            "   AND expires_at <= now() AND id <> ALL($2::int8[]) ORDER BY expires_at, id LIMIT $1::int)"
+            " ORDER BY id",
+            pg::Params().add(batch).add_array(left));
+        std::vector<std::int64_t> ids;
+        for (int i = 0; i < candidates.rows(); ++i) ids.push_back(candidates.int64(i, 0));
+        return ids;
+      },
+      [&](std::int64_t id) {
         for (const SweptJob& job : sweep(id)) swept.push_back(job);
-      } catch (const pg::TransientError&) {
-        throw;
-      } catch (const pg::SqlError& alone) {
-        if (!pg::IsRowFaultSqlState(alone.sqlstate())) throw;
+      },
+      [&](std::int64_t id, const pg::RowFaultError&) {
         if (skips) skips->unwritable.push_back(id);
-      }
-    }
-  }
+        return PoisonedRow::kLeave;
+      });
   if (skips) skips->refused.insert(skips->refused.end(), refused.begin(), refused.end());
   return swept;
 }

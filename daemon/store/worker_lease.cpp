@@ -9,6 +9,7 @@
 #include "pg/transaction.h"
 #include "store/job_finish.h"
 #include "store/job_sql.h"
+#include "store/poison_rows.h"
 
 namespace akadzed {
 
@@ -89,24 +90,20 @@ std::vector<std::int64_t> WriteJobProgress(pg::Connection& conn, const std::stri
     return written;
   };
   if (writes.empty()) return {};
-  try {
-    return write(0, writes.size());
-  } catch (const pg::TransientError&) {
-    throw;
-  } catch (const pg::SqlError& e) {
-    if (!pg::IsRowFaultSqlState(e.sqlstate())) throw;
-  }
   std::vector<std::int64_t> written;
-  for (std::size_t i = 0; i < writes.size(); ++i) {
-    try {
-      for (std::int64_t id : write(i, i + 1)) written.push_back(id);
-    } catch (const pg::TransientError&) {
-      throw;
-    } catch (const pg::SqlError& alone) {
-      if (!pg::IsRowFaultSqlState(alone.sqlstate())) throw;
-      if (dropped) dropped->push_back(writes[i].job_id);
-    }
-  }
+  IsolatePoisonRows([&] { written = write(0, writes.size()); },
+                    [&] {
+                      std::vector<std::size_t> each(writes.size());
+                      for (std::size_t i = 0; i < each.size(); ++i) each[i] = i;
+                      return each;
+                    },
+                    [&](std::size_t i) {
+                      for (std::int64_t id : write(i, i + 1)) written.push_back(id);
+                    },
+                    [&](std::size_t i, const pg::RowFaultError&) {
+                      if (dropped) dropped->push_back(writes[i].job_id);
+                      return PoisonedRow::kLeave;
+                    });
   return written;
 }
 
@@ -170,82 +167,65 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
   // With hooks, the rescue and its hooks share a transaction; a job a hook
   // refuses stays running (its hook_failed is logged) and the others are
   // rescued without it.
-  const bool hooked = hooks && hooks->AnyFrom(JobState::kRunning);
   std::vector<std::int64_t> refused;
-  auto rescue = [&](const std::optional<std::vector<std::int64_t>>& only) {
-    for (;;) {
-      std::optional<pg::Transaction> tx;
-      if (hooked) tx.emplace(conn);
+  auto rescue = [&](const std::optional<std::int64_t>& only) {
+    return RunWithHooks(conn, hooks, JobState::kRunning, refused, [&] {
       pg::Params params;
       params.add(ttl_us).add_array(refused);
       if (only) {
-        params.add_array(*only);
+        params.add_array(std::vector<std::int64_t>{*only});
       } else {
         params.add(std::optional<std::string>());
       }
-      pg::Result rows = conn.exec(kSql, params);
-      if (!tx) return rows;
-      std::vector<std::int64_t> ids;
-      for (int i = 0; i < rows.rows(); ++i) ids.push_back(rows.int64(i, 0));
-      try {
-        hooks->Fire(conn, JobState::kRunning, ids);
-        tx->commit();
-        return rows;
-      } catch (const HookError& e) {
-        tx->rollback();
-        refused.push_back(e.job_id());
-      }
-    }
+      return conn.exec(kSql, params);
+    });
+  };
+  // One row makes the statement fail for all: each lost job alone, and one
+  // that still fails is failed as Unprocessable; one that cannot even be
+  // failed is skipped (logged by the caller) and tried again next round.
+  // The server's state (a timeout, a read-only server) is not a row's: the
+  // next round tries again.
+  struct Lost {
+    std::int64_t id = 0;
+    std::optional<std::string> failed_with;  // the SQLSTATE its rescue failed with: fail it instead
   };
   std::vector<RescuedJob> rescued;
-  try {
-    rescued = ToRescued(rescue(std::nullopt), "WorkerLost");
-  } catch (const pg::TransientError&) {
-    throw;  // a deadlock or serialization failure: the next round tries again
-  } catch (const pg::SqlError& e) {
-    // The server's state (a timeout, a read-only server), not a row: the
-    // next round tries again.
-    if (!pg::IsRowFaultSqlState(e.sqlstate())) throw;
-    // One row makes the statement fail for all: each lost job alone, and one
-    // that still fails is failed as Unprocessable; one that cannot even be
-    // failed is skipped (logged by the caller) and tried again next round.
-    pg::Result lost = conn.exec(std::string(kLostSql),
-                                pg::Params().add(ttl_us).add_array(refused).add(std::optional<std::string>()));
-    for (int i = 0; i < lost.rows(); ++i) {
-      const std::int64_t id = lost.int64(i, 0);
-      try {
-        for (RescuedJob& job : ToRescued(rescue(std::vector<std::int64_t>{id}), "WorkerLost")) {
-          rescued.push_back(std::move(job));
+  IsolatePoisonRows(
+      [&] { rescued = ToRescued(rescue(std::nullopt), "WorkerLost"); },
+      [&] {
+        pg::Result lost = conn.exec(std::string(kLostSql),
+                                    pg::Params().add(ttl_us).add_array(refused).add(std::optional<std::string>()));
+        std::vector<Lost> each;
+        for (int i = 0; i < lost.rows(); ++i) each.push_back({lost.int64(i, 0), std::nullopt});
+        return each;
+      },
+      [&](const Lost& job) {
+        if (!job.failed_with) {
+          for (RescuedJob& r : ToRescued(rescue(job.id), "WorkerLost")) rescued.push_back(std::move(r));
+          return;
         }
-        continue;
-      } catch (const pg::TransientError&) {
-        throw;
-      } catch (const pg::SqlError& alone) {
-        if (!pg::IsRowFaultSqlState(alone.sqlstate())) throw;
-        try {
-          // Still lost (the same predicate, SKIP LOCKED): never a job that
-          // was rescued and claimed again meanwhile. No hooks: the row
-          // failed with them already.
-          pg::Result rows = conn.exec(
-              std::string("UPDATE akadze.jobs AS j SET state = 'failed', finished_at = now(), errors = ") +
-                  AppendErrorSql("j.errors", "'Unprocessable'",
-                                 "'the rescue could not record this job (SQLSTATE ' || $4 || ')'") +
-                  " FROM (" + kLostSql + " FOR UPDATE OF j SKIP LOCKED) lost"
-                  " WHERE j.id = lost.id AND j.state = 'running'"
-                  " RETURNING j.id, COALESCE(lost.worker_id::text, ''), j.state, j.meta ->> 'traceparent'",
-              pg::Params().add(ttl_us).add_array(refused).add_array(std::vector<std::int64_t>{id})
-                  .add(alone.sqlstate().empty() ? std::string("none") : alone.sqlstate()));
-          for (RescuedJob& job : ToRescued(rows, "Unprocessable")) rescued.push_back(std::move(job));
-          continue;
-        } catch (const pg::TransientError&) {
-          throw;
-        } catch (const pg::SqlError& again) {
-          if (!pg::IsRowFaultSqlState(again.sqlstate())) throw;
+        // Still lost (the same predicate, SKIP LOCKED): never a job that
+        // was rescued and claimed again meanwhile. No hooks: the row
+        // failed with them already.
+        pg::Result rows = conn.exec(
+            std::string("UPDATE akadze.jobs AS j SET state = 'failed', finished_at = now(), errors = ") +
+                AppendErrorSql("j.errors", "'Unprocessable'",
+                               "'the rescue could not record this job (SQLSTATE ' || $4 || ')'") +
+                " FROM (" + kLostSql + " FOR UPDATE OF j SKIP LOCKED) lost"
+                " WHERE j.id = lost.id AND j.state = 'running'"
+                " RETURNING j.id, COALESCE(lost.worker_id::text, ''), j.state, j.meta ->> 'traceparent'",
+            pg::Params().add(ttl_us).add_array(refused).add_array(std::vector<std::int64_t>{job.id})
+                .add(*job.failed_with));
+        for (RescuedJob& r : ToRescued(rows, "Unprocessable")) rescued.push_back(std::move(r));
+      },
+      [&](Lost& job, const pg::RowFaultError& error) {
+        if (!job.failed_with) {
+          job.failed_with = error.sqlstate().empty() ? std::string("none") : error.sqlstate();
+          return PoisonedRow::kTryAgain;
         }
-      }
-      if (skipped) skipped->push_back(id);
-    }
-  }
+        if (skipped) skipped->push_back(job.id);
+        return PoisonedRow::kLeave;
+      });
   // SKIP LOCKED: a row its worker is heartbeating right now is not dead.
   conn.exec(
       "DELETE FROM akadze.workers WHERE id IN (SELECT w.id FROM akadze.workers w"

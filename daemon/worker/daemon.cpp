@@ -21,15 +21,19 @@
 #include "web/status_page.h"
 #include "pg/pg_error.h"
 #include "schema/migrations.h"
+#include "worker/finish_count_writer.h"
 #include "worker/finisher.h"
+#include "worker/job_rescuer.h"
 #include "worker/lease_keeper.h"
 #include "runtime/log_line.h"
 #include "runtime/loop_health.h"
 #include "runtime/logging.h"
 #include "worker/notify_listener.h"
 #include "periodic/periodic_scheduler.h"
+#include "worker/progress_writer.h"
 #include "worker/pruner.h"
 #include "worker/queue_runner.h"
+#include "worker/queued_sweeper.h"
 #include "worker/running_jobs.h"
 
 namespace akadzed {
@@ -135,7 +139,16 @@ struct Daemon::Services {
                   .batch_delay = std::chrono::microseconds(config.worker.finish_batch_delay_us)},
                  daemon_clock),
         lease(conninfo, identity, timings, LeaseSpanUs(timings, MaxKillGraceUs(config)), stall,
-              running, hooks, &monitoring.worker_metrics(), daemon_clock) {}
+              running, hooks, daemon_clock),
+        // The lease's other duties, each a service of its own on the lease's
+        // connection.
+        rescuer(lease.session(), lease, timings, hooks, daemon_clock),
+        sweeper(lease.session(), std::chrono::microseconds(timings.heartbeat_interval_us), hooks,
+                &monitoring.worker_metrics(), daemon_clock),
+        progress(lease.session(), lease, running, std::chrono::microseconds(timings.heartbeat_interval_us),
+                 daemon_clock),
+        finish_counts(lease.session(), finish_tally, std::chrono::microseconds(timings.heartbeat_interval_us),
+                      daemon_clock) {}
 
   static int TotalSlots(const DaemonConfig& config) {
     int slots = 0;
@@ -189,7 +202,7 @@ struct Daemon::Services {
   const WorkerConfig& timings;
   WorkerIdentity identity;
   RunningJobs running;
-  FinishTally finish_tally;  // the finisher adds, the lease keeper writes
+  FinishTally finish_tally;  // the finisher adds, finish_counts writes
   // The status page (web.enabled, on the metrics listener): made before the
   // listener serves it, destroyed after the listener stopped.
   std::unique_ptr<StatusPage> page;
@@ -197,6 +210,10 @@ struct Daemon::Services {
   std::chrono::milliseconds stall;
   Finisher finisher;
   LeaseKeeper lease;
+  JobRescuer rescuer;
+  QueuedSweeper sweeper;
+  ProgressWriter progress;
+  FinishCountWriter finish_counts;
   std::vector<std::unique_ptr<QueueRunner>> runners;
   // Declared after the runners, so these run before they go. The finisher
   // frees slots of the runners (FinishItem::slot): on a path that skips
@@ -237,17 +254,24 @@ int Daemon::Run() {
 
 namespace {
 
-// The start_failed line for `e`, thrown while `starting` started: a thread
-// that could not start (std::thread's std::system_error) names what it was
-// for.
-std::string StartFailure(const std::exception& e, const std::string& starting) {
-  const auto* error = dynamic_cast<const std::system_error*>(&e);
-  if (error == nullptr || starting.empty()) return e.what();
-  std::string line = "cannot start " + starting + ": " + error->code().message();
-  if (error->code() == std::errc::resource_unavailable_try_again) {
-    line += " (a limit on threads: systemd's TasksMax, a pids cgroup, ulimit -u?)";
+// The start_failed line for `error`, thrown while `starting` started: a
+// thread that could not start (std::thread's std::system_error) names what
+// it was for.
+std::string StartFailure(const std::exception_ptr& error, const std::string& starting) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::system_error& e) {
+    if (starting.empty()) return e.what();
+    std::string line = "cannot start " + starting + ": " + e.code().message();
+    if (e.code() == std::errc::resource_unavailable_try_again) {
+      line += " (a limit on threads: systemd's TasksMax, a pids cgroup, ulimit -u?)";
+    }
+    return line;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
   }
-  return line;
 }
 
 }  // namespace
@@ -258,19 +282,18 @@ std::unique_ptr<Daemon::Services> Daemon::Start() {
   try {
     CheckSchema(conninfo_);
     s->monitoring.Bind();
-    s->lease.SetFinishTally(&s->finish_tally);
     starting = "the lease keeper";
     s->lease.Start();
-  } catch (const std::exception& e) {
-    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(e, starting), conninfo_)));
+  } catch (const std::exception&) {
+    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(std::current_exception(), starting), conninfo_)));
     return nullptr;
   }
   try {
     StartWork(*s, starting);
-  } catch (const std::exception& e) {
+  } catch (const std::exception&) {
     // A thread that cannot start (TasksMax, a pids cgroup), or memory: what
     // did start stops as at a SIGTERM, without waiting for a signal.
-    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(e, starting), conninfo_)));
+    spdlog::critical("start_failed | {}", OneLine(RedactSecrets(StartFailure(std::current_exception(), starting), conninfo_)));
     StopClaiming(*s);
     s->Drained(clock_.Now() + std::chrono::microseconds(config_.worker.shutdown_timeout_us));
     if (!Stop(*s, /*second_signal=*/false)) {
@@ -286,6 +309,14 @@ std::unique_ptr<Daemon::Services> Daemon::Start() {
 }
 
 void Daemon::StartWork(Services& s, std::string& starting) {
+  starting = "the rescue";
+  s.rescuer.Start();
+  starting = "the queued sweep";
+  s.sweeper.Start();
+  starting = "the progress writer";
+  s.progress.Start();
+  starting = "the finish counts writer";
+  s.finish_counts.Start();
   starting = "the finisher";
   s.finisher.Start();
   std::string& queues = s.queues_text;
@@ -416,6 +447,11 @@ bool Daemon::Stop(Services& s, bool second_signal) {
   for (auto& r : s.runners) r->Join();
   s.finisher.Stop(clock_.Now() + std::chrono::seconds(10));
   s.monitoring.Stop();
+  // The services on the lease's connection, then the lease.
+  s.finish_counts.Stop();
+  s.progress.Stop();
+  s.sweeper.Stop();
+  s.rescuer.Stop();
   s.lease.Stop(/*deregister=*/true);
   spdlog::info("stopped worker={}", s.lease.worker_id());
   return true;

@@ -10,6 +10,7 @@
 #include "pg/pg_error.h"
 #include "runtime/job_traces.h"
 #include "runtime/log_line.h"
+#include "store/poison_rows.h"
 
 namespace akadzed {
 
@@ -145,8 +146,8 @@ FinisherRound Finisher::WriteBatch() {
   bool written = false;
   try {
     written = Write(batch_);
-  } catch (const std::exception& e) {  // not a database error: retried like one
-    const RoundFailure f = guard_.Failed(e);
+  } catch (const std::exception&) {  // not a database error: retried like one
+    const RoundFailure f = guard_.Failed(std::current_exception());
     spdlog::log(f.level, "finish_failed count={} | {}", batch_.size(), f.message);
     retry_in_ = f.retry_in;
   }
@@ -199,74 +200,73 @@ void Finisher::FreeSlots(const std::vector<const FinishItem*>& ended) {
   for (auto& [holder, ids] : by_holder) holder->FreeSlots(ids);
 }
 
-std::vector<FinishResult> Finisher::FinishOneByOne(const std::string& worker_id,
-                                                   std::vector<FinishRequest>& requests,
-                                                   const std::vector<std::optional<std::string>>& trace_ids,
-                                                   std::vector<RowFate>& fates) {
+std::vector<FinishResult> Finisher::FinishGroup(const std::string& worker_id,
+                                                std::vector<FinishRequest>& requests,
+                                                const std::vector<std::optional<std::string>>& trace_ids,
+                                                std::vector<RowFate>& fates) {
+  auto finish = [&](const std::vector<FinishRequest>& these) {
+    return session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, these, hooks_, plan_); });
+  };
   std::vector<FinishResult> results;
   fates.assign(requests.size(), RowFate::kWritten);
-  for (std::size_t k = 0; k < requests.size(); ++k) {
-    // Each rung is tried once; connection and transient errors end the pass
-    // (the whole batch is tried again after the outage).
-    for (int rung = 0;; ++rung) {
-      try {
-        results.push_back(session_.Run([&](pg::Connection& c) {
-          return FinishJobs(c, worker_id, {requests[k]}, hooks_, plan_);
-        }).front());
-      } catch (const HookError&) {  // logged by the hook runner
-        results.push_back({requests[k].job_id, false, {}, 0, 0});
-        fates[k] = RowFate::kRefused;
-      } catch (const pg::ConnectionError&) {
-        throw;
-      } catch (const pg::TransientError&) {
-        throw;
-      } catch (const pg::SqlError& e) {
-        // The server's state (a timeout, a cancel, a read-only server), not
-        // this row: the pass ends and the batch is tried again later.
-        if (!pg::IsRowFaultSqlState(e.sqlstate())) throw;
+  std::vector<int> rungs(requests.size(), 0);  // lesser outcomes tried, per request
+  IsolatePoisonRows(
+      [&] { results = finish(requests); },
+      [&] {
+        results.assign(requests.size(), FinishResult{});
+        std::vector<std::size_t> each(requests.size());
+        for (std::size_t k = 0; k < each.size(); ++k) each[k] = k;
+        return each;
+      },
+      [&](std::size_t k) {
+        try {
+          results[k] = finish({requests[k]}).front();
+        } catch (const HookError&) {  // logged by the hook runner
+          results[k] = {requests[k].job_id, false, {}, 0, 0};
+          fates[k] = RowFate::kRefused;
+        }
+      },
+      [&](std::size_t k, const pg::RowFaultError& e) {
+        FinishRequest& request = requests[k];
+        const JobTraceScope trace(request.job_id, trace_ids[k]);
         // The run's last progress report first: the database may refuse
         // that (an application's constraint on meta) and not the outcome.
-        if (requests[k].outcome.meta_patch) {
-          const JobTraceScope trace(requests[k].job_id, trace_ids[k]);
+        if (request.outcome.meta_patch) {
           spdlog::error("progress_dropped job={} | its meta could not be written ({}); this report is "
                         "dropped, the outcome is recorded without it",
-                        requests[k].job_id, OneLine(e.what()));
-          requests[k].outcome.meta_patch.reset();
-          --rung;  // not a rung of the outcome's
-          continue;
+                        request.job_id, OneLine(e.what()));
+          request.outcome.meta_patch.reset();
+          return PoisonedRow::kTryAgain;
         }
         // A success its queue does not keep, whose row the database would
         // not delete (an application's foreign key or trigger): kept as
         // succeeded, as on any other queue, rather than failed.
-        if (requests[k].DeletesJob()) {
-          const JobTraceScope trace(requests[k].job_id, trace_ids[k]);
+        if (request.DeletesJob()) {
           spdlog::warn("delete_refused job={} | the succeeded job could not be deleted ({}); it is kept "
                        "as succeeded",
-                       requests[k].job_id, OneLine(e.what()));
-          requests[k].keep_succeeded = true;
-          --rung;  // not a rung of the outcome's
-          continue;
+                       request.job_id, OneLine(e.what()));
+          request.keep_succeeded = true;
+          return PoisonedRow::kTryAgain;
         }
         const std::string why = std::string("the database refused the outcome: ") + e.what();
-        if (rung == 0) {
-          requests[k].outcome = RetryOutcome("BadResult", why);
-          continue;
+        switch (rungs[k]++) {
+          case 0:
+            request.outcome = RetryOutcome("BadResult", why);
+            return PoisonedRow::kTryAgain;
+          case 1:
+            request.outcome = RetryOutcome("Unprocessable", why);
+            request.outcome.kind = OutcomeKind::kFail;
+            return PoisonedRow::kTryAgain;
+          default:
+            break;
         }
-        if (rung == 1) {
-          requests[k].outcome = RetryOutcome("Unprocessable", why);
-          requests[k].outcome.kind = OutcomeKind::kFail;
-          continue;
-        }
-        const JobTraceScope trace(requests[k].job_id, trace_ids[k]);
         spdlog::error("finish_unprocessable job={} run={} | {}; not recorded: the job stays running until the "
                       "lease keeper releases it (heartbeat_ttl after its claim)",
-                      requests[k].job_id, requests[k].run_count, OneLine(e.what()));
-        results.push_back({requests[k].job_id, false, {}, 0, 0});
+                      request.job_id, request.run_count, OneLine(e.what()));
+        results[k] = {request.job_id, false, {}, 0, 0};
         fates[k] = RowFate::kGivenUp;
-      }
-      break;
-    }
-  }
+        return PoisonedRow::kLeave;
+      });
   return results;
 }
 
@@ -305,31 +305,18 @@ bool Finisher::WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>
     // The batch in one statement; if one row cannot be stored (a result
     // jsonb rejects, e.g. \u0000) or a transition hook refuses one, row by
     // row, recording a row that still fails as a failed run.
-    for (const bool one_by_one : {false, true}) {
-      try {
-        if (!one_by_one) {
-          results = session_.Run([&](pg::Connection& c) { return FinishJobs(c, worker_id, requests, hooks_, plan_); });
-        } else {
-          results = FinishOneByOne(worker_id, requests, trace_ids, fates);
-          for (std::size_t k = 0; k < members.size(); ++k) batch[members[k]].outcome = requests[k].outcome;
-        }
-        break;
-      } catch (const pg::PgError& e) {
-        // Row by row only for what one row can cause; the server being away
-        // (logged once per outage) or its state (a timeout, a read-only
-        // server) is waited out, batch and all. No transient SQLSTATE is a
-        // row fault (pg_error.h); a lost connection may still carry the
-        // SQLSTATE of the row error that came before it broke.
-        if (e.poisons_connection() || one_by_one || !pg::IsRowFaultSqlState(e.sqlstate())) {
-          const RoundFailure f = guard_.Failed(e);
-          spdlog::log(f.level, "finish_failed count={} | {}", requests.size(), f.message);
-          retry_in_ = f.retry_in;
-          return false;
-        }
-      } catch (const HookError&) {
-        if (one_by_one) throw;
-      }
+    try {
+      results = FinishGroup(worker_id, requests, trace_ids, fates);
+    } catch (const pg::PgError&) {
+      // The server being away (logged once per outage) or its state (a
+      // timeout, a read-only server) is waited out, batch and all.
+      const RoundFailure f = guard_.Failed(std::current_exception());
+      spdlog::log(f.level, "finish_failed count={} | {}", requests.size(), f.message);
+      retry_in_ = f.retry_in;
+      return false;
     }
+    // Row by row, a request may have gone in a lesser form.
+    for (std::size_t k = 0; k < members.size(); ++k) batch[members[k]].outcome = requests[k].outcome;
     {
       MutexLock lock(loop_.mu());
       ++statements_;

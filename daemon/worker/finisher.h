@@ -122,24 +122,25 @@ class Finisher {
   // Write's work: records what it can of `batch`, moving refused finishes
   // to `refused`.
   bool WriteGroups(std::deque<FinishItem>& batch, std::deque<FinishItem>& refused);
-  // What became of one request of the row-by-row pass.
+  // What became of one request of a group.
   enum class RowFate { kWritten, kRefused, kGivenUp };
-  // After a batch failed with an SQL error or a hook's refusal: records
-  // `requests` one at a time. A success of a queue that keeps none whose row
+  // Records `requests` (one worker id's) in one statement; if that fails
+  // for one row (pg::RowFaultError) or a hook's refusal, one at a time
+  // (store/poison_rows.h). A success of a queue that keeps none whose row
   // the database will not delete is kept as succeeded (logged
-  // delete_refused). A request the database still refuses becomes a
-  // failed run (retry, "BadResult"), then a permanent failure
-  // ("Unprocessable"); one refused even so is given up (kGivenUp: logged,
-  // its slot freed, the job left running until the lease keeper releases it
-  // as an orphan). Only for errors one row can cause
-  // (pg::IsRowFaultSqlState); others end the pass like a lost connection. A hook's refusal
-  // is kRefused. So one row never keeps the others of its batch, or the
-  // batch, from being recorded (docs/reliability.md). `trace_ids`: each
-  // request's job's trace id (or none), for the line of a row given up.
-  std::vector<FinishResult> FinishOneByOne(const std::string& worker_id,
-                                           std::vector<FinishRequest>& requests,
-                                           const std::vector<std::optional<std::string>>& trace_ids,
-                                           std::vector<RowFate>& fates);
+  // delete_refused). A request the database still refuses becomes a failed
+  // run (retry, "BadResult"), then a permanent failure ("Unprocessable");
+  // one refused even so is given up (kGivenUp: logged, its slot freed, the
+  // job left running until the lease keeper releases it as an orphan). A
+  // hook's refusal is kRefused. So one row never keeps the others of its
+  // batch, or the batch, from being recorded (docs/reliability.md). Other
+  // errors (the server away, its state) propagate. `trace_ids`: each
+  // request's job's trace id (or none), for the lines about it. Returns one
+  // result per request.
+  std::vector<FinishResult> FinishGroup(const std::string& worker_id,
+                                        std::vector<FinishRequest>& requests,
+                                        const std::vector<std::optional<std::string>>& trace_ids,
+                                        std::vector<RowFate>& fates);
 
   DbSession session_;
   // Retries double from 100 ms up to 500 ms, jittered: finishes pending

@@ -1,29 +1,26 @@
 #include "worker/lease_keeper.h"
 
+#include <algorithm>
 #include <set>
 
 #include <spdlog/spdlog.h>
 
-#include "claim/claim_transaction.h"
 #include "core/duration.h"
 #include "core/redact.h"
+#include "core/uuid.h"
 #include "pg/pg_error.h"
 #include "store/job_finish.h"
-#include "runtime/job_traces.h"
-#include "store/queued_sweep.h"
-#include "store/status_report.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {
 
 LeaseKeeper::LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
                          std::int64_t lease_span_us, std::chrono::milliseconds stall_timeout,
-                         RunningJobs& running, const TransitionHooks* hooks, WorkerMetrics* metrics,
+                         RunningJobs& running, const TransitionHooks* hooks,
                          const ServiceClock& clock)
     : session_(std::move(conninfo), "akadzed lease", stall_timeout),
       timings_(timings),
       hooks_(hooks),
-      metrics_(metrics),
       running_(running),
       lease_span_us_(lease_span_us),
       guard_(clock, RetryBackoff(std::chrono::microseconds(timings.heartbeat_interval_us),
@@ -60,13 +57,15 @@ void LeaseKeeper::Start() {
 void LeaseKeeper::RunRound() {
   try {
     Round();
-    round_failed_ = false;
+    if (heartbeat_failing_.exchange(false, std::memory_order_acq_rel)) {
+      outages_ended_.fetch_add(1, std::memory_order_acq_rel);
+    }
     if (auto ended = guard_.Succeeded()) {
       spdlog::info("heartbeat_recovered failures={} outage_ms={}", ended->failures, ended->ms);
     }
-  } catch (const std::exception& e) {
-    round_failed_ = true;
-    const RoundFailure f = guard_.Failed(e);
+  } catch (const std::exception&) {
+    heartbeat_failing_.store(true, std::memory_order_release);
+    const RoundFailure f = guard_.Failed(std::current_exception());
     spdlog::log(f.level, "heartbeat_failed | {}", f.message);
   }
   loop_.MarkRound();
@@ -196,6 +195,12 @@ void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector
     orphans.push_back({job.id, job.run_count, ReleaseOutcome()});
   }
   orphan_candidates_ = std::move(seen);
+  // Named once per job; tried again each round.
+  auto LogReleaseFailed = [&](std::int64_t id, const std::exception& e) {
+    if (release_failed_logged_.insert(id).second) {
+      spdlog::error("orphan_release_failed job={} | {}; tried again each round", id, OneLine(e.what()));
+    }
+  };
   for (const FinishRequest& orphan : orphans) {
     try {
       // Fenced like any finish (worker id, run_count, still running).
@@ -208,18 +213,19 @@ void LeaseKeeper::ReleaseOrphans(const std::string& worker_id, const std::vector
                      "spent",
                      orphan.job_id, orphan.run_count, r.state);
       }
-    } catch (const pg::ConnectionError&) {
-      throw;
-    } catch (const std::exception& e) {  // an SQL error or a hook's refusal: next round
-      if (skipped_logged_.insert(orphan.job_id).second) {
-        spdlog::error("orphan_release_failed job={} | {}; tried again each round", orphan.job_id,
-                      OneLine(e.what()));
-      }
+    } catch (const pg::RowFaultError& e) {  // an application's trigger or constraint
+      LogReleaseFailed(orphan.job_id, e);
+    } catch (const HookError& e) {
+      LogReleaseFailed(orphan.job_id, e);
     }
   }
 }
 
 void LeaseKeeper::Round() {
+  if (const std::optional<std::string> id = Renew()) Reconcile(*id);
+}
+
+std::optional<std::string> LeaseKeeper::Renew() {
   WorkerIdentity identity;
   bool reregister;
   {
@@ -266,7 +272,7 @@ void LeaseKeeper::Round() {
     MutexLock lock(loop_.mu());
     // The lease expired while this heartbeat was in flight: its jobs are
     // already stopped; the next round registers a new id.
-    if (reregister_ && !reregister) return;
+    if (reregister_ && !reregister) return std::nullopt;
     identity_.id = identity.id;
     reregister_ = false;
     lease_until_ = std::max(lease_until_, sent + std::chrono::microseconds(lease_span_us()));
@@ -281,13 +287,16 @@ void LeaseKeeper::Round() {
     loop_.Notify();  // the timer waits for the lease to be held again
     spdlog::info("lease_regained worker={}", identity.id);
   }
+  return identity.id;
+}
 
+void LeaseKeeper::Reconcile(const std::string& worker_id) {
   // Jobs running here that the database no longer gives us, and cancels.
   auto before = running_.Snapshot();
   const std::optional<HeldJobs> held_before = ReadHeldJobs();
   auto owned = session_.Run(
-      [&](pg::Connection& c) { return OwnedRunningJobs(c, identity.id, timings_.heartbeat_ttl_us); });
-  ReleaseOrphans(identity.id, owned, held_before);
+      [&](pg::Connection& c) { return OwnedRunningJobs(c, worker_id, timings_.heartbeat_ttl_us); });
+  ReleaseOrphans(worker_id, owned, held_before);
   std::set<std::pair<std::int64_t, std::int32_t>> ours;
   for (const OwnedJob& job : owned) {
     ours.emplace(job.id, job.run_count);
@@ -302,156 +311,6 @@ void LeaseKeeper::Round() {
       spdlog::warn("job_lost job={} run={} | no longer running under this worker; handler stopped",
                    id, run_count);
     }
-  }
-
-  WriteProgress(identity.id);
-  WriteFinishCounts();
-  Sweep();
-
-  // After an outage every worker's heartbeat looks old: the first daemon
-  // back would rescue the jobs of the others, whose finishes are waiting to
-  // be written, and run them again. So the rescue holds off for heartbeat_ttl
-  // after this daemon's own outage ends: by then each daemon that is alive
-  // has heartbeaten and written its pending finishes (the finisher retries
-  // every 500 ms at most); a worker still silent then is dead.
-  if (round_failed_) {
-    rescue_after_ = loop_.clock().Now() + std::chrono::microseconds(timings_.heartbeat_ttl_us);
-    spdlog::info("rescue_held ms={} | the database is back after an outage; live daemons get "
-                 "heartbeat_ttl to heartbeat and write their finishes first",
-                 timings_.heartbeat_ttl_us / 1000);
-  }
-  if (loop_.clock().Now() < rescue_after_) return;
-  // The rescue's failures are its own (rescue_failed): the heartbeat above
-  // worked, and the lease holds.
-  std::vector<std::int64_t> skipped;
-  std::vector<RescuedJob> rescued;
-  try {
-    rescued = session_.Run(
-        [&](pg::Connection& c) { return RescueLostJobs(c, timings_.heartbeat_ttl_us, hooks_, &skipped); });
-  } catch (const pg::ConnectionError&) {
-    throw;
-  } catch (const pg::PgError& e) {
-    spdlog::error("rescue_failed | {}", OneLine(e.what()));
-  }
-  for (const RescuedJob& job : rescued) {
-    const JobTraceScope trace(job.id, job.traceparent ? ParseTraceparent(*job.traceparent) : std::nullopt);
-    if (job.error == "Unprocessable") {
-      spdlog::error("rescue job={} lost_worker={} state={} error=Unprocessable | its rescue could not be "
-                    "written; failed instead",
-                    job.id, LogValue(job.worker_id.empty() ? "none" : job.worker_id), job.state);
-    } else {
-      spdlog::warn("rescue job={} lost_worker={} state={}", job.id,
-                   LogValue(job.worker_id.empty() ? "none" : job.worker_id), job.state);
-    }
-  }
-  // A row no statement could change is named once per daemon, not every round.
-  for (std::int64_t id : skipped) {
-    if (skipped_logged_.insert(id).second) {
-      spdlog::error("rescue_skipped job={} | neither its rescue nor its failure could be written; left "
-                    "running and tried again each round",
-                    id);
-    }
-  }
-}
-
-void LeaseKeeper::Sweep() {
-  // Batches until one comes back short: a backlog (a mass cancel, a queue
-  // of expired jobs) ends within a few rounds, each batch one short
-  // statement on rows nothing else wants.
-  // At most 20 batches and half a heartbeat interval per round, so a
-  // backlog never holds up the next heartbeat.
-  constexpr int kBatch = 500;
-  constexpr int kMaxBatchesPerRound = 20;
-  const auto until = loop_.clock().Now() + std::chrono::microseconds(timings_.heartbeat_interval_us / 2);
-  const std::vector<std::int64_t> exclude(sweep_unwritable_.begin(), sweep_unwritable_.end());
-  SweepSkips skips;
-  for (int i = 0; i < kMaxBatchesPerRound && (i == 0 || loop_.clock().Now() < until); ++i) {
-    std::vector<SweptJob> swept;
-    try {
-      swept = session_.Run([&](pg::Connection& c) { return SweepQueuedJobs(c, kBatch, hooks_, exclude, &skips); });
-    } catch (const pg::ConnectionError&) {
-      throw;
-    } catch (const pg::PgError& e) {
-      spdlog::error("sweep_failed | {}", OneLine(e.what()));
-      break;
-    }
-    std::int64_t counts[2] = {0, 0};
-    for (const SweptJob& job : swept) {
-      ++counts[job.reason == SweepReason::kExpired ? 1 : 0];
-      const JobTraceScope trace(job.id, job.traceparent ? ParseTraceparent(*job.traceparent) : std::nullopt);
-      spdlog::debug("swept job={} reason={} state=cancelled", job.id, SweepReasonName(job.reason));
-    }
-    if (!swept.empty()) {
-      spdlog::info("swept cancel_requested={} expired={} | queued jobs ended cancelled", counts[0],
-                   counts[1]);
-    }
-    if (metrics_) {
-      if (counts[0] > 0) metrics_->QueuedJobsSwept(SweepReasonName(SweepReason::kCancelRequested), counts[0]);
-      if (counts[1] > 0) metrics_->QueuedJobsSwept(SweepReasonName(SweepReason::kExpired), counts[1]);
-    }
-    if (counts[0] < kBatch && counts[1] < kBatch) break;
-  }
-  for (std::int64_t id : skips.refused) {
-    if (sweep_skipped_logged_.insert(id).second) {
-      spdlog::error("sweep_skipped job={} | a hook refused its cancel; left queued (never claimed) and "
-                    "tried again each round",
-                    id);
-    }
-  }
-  for (std::int64_t id : skips.unwritable) {
-    if (sweep_unwritable_.insert(id).second) {
-      spdlog::error("sweep_skipped job={} | its cancel could not be written (an application's trigger or "
-                    "constraint); left queued (never claimed), not tried again by this daemon",
-                    id);
-    }
-  }
-}
-
-void LeaseKeeper::WriteProgress(const std::string& worker_id) {
-  const std::vector<RunningJobs::PendingProgress> pending = running_.Progress();
-  if (pending.empty()) return;
-  std::vector<ProgressWrite> writes;
-  writes.reserve(pending.size());
-  for (const RunningJobs::PendingProgress& p : pending) writes.push_back({p.job_id, p.run_count, p.patch_json});
-  std::vector<std::int64_t> dropped;
-  std::vector<std::int64_t> written;
-  try {
-    written = session_.Run([&](pg::Connection& c) { return WriteJobProgress(c, worker_id, writes, &dropped); });
-  } catch (const pg::ConnectionError&) {
-    throw;
-  } catch (const pg::PgError& e) {
-    // Left pending: the next round (or the run's finish) writes it.
-    spdlog::warn("progress_failed | {}", OneLine(e.what()));
-    return;
-  }
-  // Written or dropped: done. The rest (a row locked meanwhile, a run that
-  // ended: its finish carries it) stays pending for the next round.
-  std::set<std::int64_t> done(written.begin(), written.end());
-  done.insert(dropped.begin(), dropped.end());
-  for (const RunningJobs::PendingProgress& p : pending) {
-    if (done.count(p.job_id) != 0) running_.MarkProgressWritten(p.job_id, p.run_count, p.version);
-  }
-  for (std::int64_t id : dropped) {
-    spdlog::error("progress_dropped job={} | its meta could not be written (an application's trigger or "
-                  "constraint); this report is dropped, the run goes on",
-                  id);
-  }
-}
-
-void LeaseKeeper::WriteFinishCounts() {
-  if (!tally_) return;
-  std::vector<QueueFinishCount> counts = tally_->Take();
-  if (counts.empty()) return;
-  try {
-    session_.Run([&](pg::Connection& c) { AddQueueMinutes(c, counts); });
-  } catch (const pg::ConnectionError&) {
-    // Kept for a later round (and minute); the round's failure is logged
-    // by RunRound.
-    tally_->PutBack(counts);
-    throw;
-  } catch (const pg::PgError& e) {
-    tally_->PutBack(counts);
-    spdlog::warn("finish_counts_failed | {}", OneLine(e.what()));
   }
 }
 

@@ -1,5 +1,5 @@
-// The lease keeper: one thread and one connection that keep this daemon's
-// lease (SPEC §4), and a timer thread that ends it. Every heartbeat_interval it
+// The lease keeper: one thread that keeps this daemon's lease (SPEC §4), and
+// a timer thread that ends it. Every heartbeat_interval it
 //  - heartbeats its akadze.workers row. A row that vanished (a rescue or an
 //    operator deleted it) stops every running job without a finish and
 //    registers a new id: an old id is never taken again;
@@ -7,12 +7,16 @@
 //    hold are released at once (queued, no attempt spent: their run ended,
 //    its finish given up or lost with a failover, or never started); a cancel
 //    request stops the job (kCancelRequested), a job no longer ours (rescued
-//    while we were slow) stops without a finish (kLeaseLost);
-//  - writes what running jobs reported of their progress into their meta
-//    (handlers/job_progress.h);
-//  - ends queued jobs whose cancel was requested or whose expires_at has
-//    passed (store/queued_sweep.h), as akadze's workers do;
-//  - rescues jobs of workers whose heartbeat is older than heartbeat_ttl.
+//    while we were slow) stops without a finish (kLeaseLost).
+// The other duties of the lease are services of their own, in River's way
+// (one service a duty), each on its own thread with its own round and
+// RoundGuard: the rescue (worker/job_rescuer.h), the queued sweep
+// (worker/queued_sweeper.h), running jobs' progress
+// (worker/progress_writer.h) and the finish counts
+// (worker/finish_count_writer.h). They share the keeper's connection
+// ("akadzed lease", session()), taking it in turn; only the keeper opens it
+// (SharedDbSession::RunIfConnected), so a database that is away is waited
+// for, and logged, by the heartbeat alone.
 //
 // The lease lasts lease_span (config.h, LeaseSpanUs: heartbeat_ttl minus the
 // largest kill_grace minus kLeaseStopMarginUs) from when the last heartbeat
@@ -31,8 +35,9 @@
 // injected, so a test drives Register, RunRound and ExpireLeaseIfDue with a
 // clock it moves by hand, the threads never started.
 //
-// Thread-safety: worker_id(), held(), lease_span_us(), SetLeaseSpan() and
-// last_round() may be called from any thread; Start/Stop from the owner only;
+// Thread-safety: worker_id(), held(), heartbeat_failing(), outages_ended(),
+// session(), lease_span_us(), SetLeaseSpan() and last_round() may be called
+// from any thread; Start/Stop from the owner only;
 // Register, RunRound and ExpireLeaseIfDue are what the threads call (tests
 // call them with the threads not started).
 #pragma once
@@ -50,10 +55,8 @@
 
 #include "config/config.h"
 #include "hooks/transition_hooks.h"
-#include "metrics/worker_metrics.h"
 #include "runtime/db_session.h"
 #include "runtime/service_loop.h"
-#include "worker/finish_tally.h"
 #include "worker/running_jobs.h"
 #include "core/thread_annotations.h"
 #include "store/worker_lease.h"
@@ -71,21 +74,21 @@ struct HeldJobs {
 
 class LeaseKeeper {
  public:
-  // `hooks` (may be null) run in each rescue's and sweep's transaction;
-  // `metrics` (may be null) counts the sweep's jobs. `lease_span_us`: see
-  // the top of this file; `stall_timeout` bounds its transactions.
+  // `hooks` (may be null) run in each orphan release's transaction.
+  // `lease_span_us`: see the top of this file; `stall_timeout` bounds its
+  // transactions.
   LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerConfig timings,
               std::int64_t lease_span_us, std::chrono::milliseconds stall_timeout,
               RunningJobs& running, const TransitionHooks* hooks = nullptr,
-              WorkerMetrics* metrics = nullptr, const ServiceClock& clock = SteadyServiceClock());
+              const ServiceClock& clock = SteadyServiceClock());
   ~LeaseKeeper();
 
   // Register(), then starts the heartbeat thread and the lease timer.
   void Start();
   // Registers the worker; the lease runs from now. Throws pg::PgError.
   void Register();
-  // One heartbeat round (heartbeat, reconcile, cancels, sweep, rescue), its
-  // failure logged and counted (heartbeat_failed, heartbeat_recovered).
+  // One heartbeat round (heartbeat, reconcile, cancels), its failure logged
+  // and counted (heartbeat_failed, heartbeat_recovered).
   void RunRound();
   // The lease timer's decision at the clock's now: when the lease is held
   // and ran out, marks it lost, stops every running job (kLeaseLost) and
@@ -107,10 +110,6 @@ class LeaseKeeper {
   // heartbeat_ttl ago. Set once, after the runners exist; until then nothing
   // is released.
   void SetHeldJobs(std::function<HeldJobs()> held_jobs);
-  // The finisher's counts (worker/finish_tally.h), written to
-  // akadze.queue_minutes once per round. Set before Start; null: none.
-  void SetFinishTally(FinishTally* tally) { tally_ = tally; }
-
   std::string worker_id() const;
   // held() under the worker id `id` (a claim's): what an executor asks before
   // and after registering a job, without copying the id.
@@ -119,47 +118,50 @@ class LeaseKeeper {
   bool held() const { return held_.load(std::memory_order_acquire); }
   // When the thread last finished a round (for the watchdog).
   std::chrono::steady_clock::time_point last_round() const;
+  // True while the last heartbeat round failed; and how many times a failed
+  // round was followed by one that worked: the rescue holds off after each
+  // (worker/job_rescuer.h).
+  bool heartbeat_failing() const { return heartbeat_failing_.load(std::memory_order_acquire); }
+  std::uint64_t outages_ended() const { return outages_ended_.load(std::memory_order_acquire); }
+  // The lease's connection, which the services beside the keeper share.
+  SharedDbSession& session() { return session_; }
 
  private:
   void TimerLoop();
+  // Renew, then Reconcile under the id it returns.
   void Round();
-  // The round's sweep of cancel-requested and expired queued jobs: logged
-  // (swept, sweep_failed, sweep_skipped) and counted; a connection error
-  // fails the round.
-  void Sweep();
-  // Writes what running jobs reported of their progress (RunningJobs::
-  // Progress) into their meta: at most once per job per round. A failure is
-  // logged (progress_failed) and left for the next round; a connection error
-  // fails the round.
-  void WriteProgress(const std::string& worker_id);
-  // Writes the finish tally's counts; on failure puts them back.
-  void WriteFinishCounts();
+  // Heartbeats (or registers a new id); extends the lease. Returns the
+  // worker id the lease is held under now, or nothing when the lease ran out
+  // while the heartbeat was in flight (the next round registers a new id).
+  std::optional<std::string> Renew();
+  // The jobs the database says `worker_id` runs against those held here:
+  // orphans released, cancels and lost jobs stopped.
+  void Reconcile(const std::string& worker_id);
   WorkerIdentity worker_identity() const;
   std::optional<HeldJobs> ReadHeldJobs();
   // Releases `owned` jobs the daemon does not hold (SetHeldJobs); `before`:
-  // what the runners held before `owned` was read.
+  // what the runners held before `owned` was read. A release refused for the
+  // job's sake (pg::RowFaultError, a hook's refusal) is logged once
+  // (orphan_release_failed) and tried again each round; other errors fail
+  // the round.
   void ReleaseOrphans(const std::string& worker_id, const std::vector<OwnedJob>& owned,
                       const std::optional<HeldJobs>& before);
 
-  DbSession session_;
+  SharedDbSession session_;
   WorkerConfig timings_;
   const TransitionHooks* hooks_;  // may be null
-  WorkerMetrics* metrics_;        // may be null
   RunningJobs& running_;
   // Held while the function is called (it reads the runners), so that
   // SetHeldJobs(nullptr) waits for a call in flight; taken before any
   // runner's mutex, never the other way round.
   Mutex held_jobs_mu_;
   std::function<HeldJobs()> held_jobs_ GUARDED_BY(held_jobs_mu_);
-  FinishTally* tally_ = nullptr;  // set before Start
   // Orphans the last round saw (id, run_count); the loop thread only.
   std::set<std::pair<std::int64_t, std::int32_t>> orphan_candidates_;
-  std::set<std::int64_t> skipped_logged_;  // rescue_skipped jobs named once; the loop thread only
-  std::set<std::int64_t> sweep_skipped_logged_;  // sweep_skipped jobs named once; the loop thread only
-  // Jobs the sweep could not change: left alone from then on; the loop thread only.
-  std::set<std::int64_t> sweep_unwritable_;
-  bool round_failed_ = false;                  // the last round failed; the loop thread only
-  std::chrono::steady_clock::time_point rescue_after_{};  // no rescue before; the loop thread only
+  // orphan_release_failed jobs named once; the loop thread only.
+  std::set<std::int64_t> release_failed_logged_;
+  std::atomic<bool> heartbeat_failing_{false};
+  std::atomic<std::uint64_t> outages_ended_{0};
   std::atomic<bool> held_{true};
   std::atomic<std::int64_t> lease_span_us_;
   // The database being away is logged once per outage; other errors each

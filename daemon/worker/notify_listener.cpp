@@ -77,8 +77,8 @@ void NotifyListener::Loop() {
         }
         loop_.MarkRound();
       }
-    } catch (const std::exception& e) {
-      const RoundFailure f = guard_.Failed(e);
+    } catch (const std::exception&) {
+      const RoundFailure f = guard_.Failed(std::current_exception());
       spdlog::log(f.level, "listen_failed | {}", f.message);
       // Reconnect after a pause, unless stopped meanwhile.
       if (loop_.Sleep(f.retry_in)) return;

@@ -48,8 +48,8 @@ std::chrono::microseconds Pruner::Round() {
     if (auto ended = guard_.Succeeded()) {
       spdlog::info("prune_recovered failures={} outage_ms={}", ended->failures, ended->ms);
     }
-  } catch (const std::exception& e) {
-    const RoundFailure f = guard_.Failed(e);
+  } catch (const std::exception&) {
+    const RoundFailure f = guard_.Failed(std::current_exception());
     spdlog::log(f.level, "prune_failed | {}", f.message);
     wait = f.retry_in;
   }

@@ -309,8 +309,9 @@ void QueueRunner::Observe(const ClaimResult& result, const std::string& worker_i
 }
 
 void QueueRunner::Failed(const std::exception& e, const std::string& worker_id, ClaimRoundResult& round) {
-  const auto* pg_error = dynamic_cast<const pg::PgError*>(&e);
-  if (pg_error != nullptr && pg_error->transient() && pg_error->sqlstate() == "55P03") {
+  const std::exception_ptr error = std::current_exception();  // Failed() is called from the catch
+  const auto* pg_error = pg::ErrorKindOf(error) == pg::ErrorKind::kTransient ? static_cast<const pg::PgError*>(&e) : nullptr;
+  if (pg_error != nullptr && pg_error->sqlstate() == "55P03") {
     // lock_timeout (database.stall_timeout) on the queue's claim lock: a
     // claim of another daemon holds it that long, cut off mid-flight; the
     // server ends that session within the same bound. Try again at the next
@@ -324,8 +325,8 @@ void QueueRunner::Failed(const std::exception& e, const std::string& worker_id, 
   // The database is away (logged once per outage), the claim's COMMIT was
   // in doubt (its jobs are released before the next claim), an SQL error,
   // or anything else a claim may throw.
-  if (dynamic_cast<const pg::InDoubtError*>(&e)) in_doubt_.Note(worker_id);
-  const RoundFailure f = guard_.Failed(e);
+  if (pg::ErrorKindOf(error) == pg::ErrorKind::kInDoubt) in_doubt_.Note(worker_id);
+  const RoundFailure f = guard_.Failed(error);
   spdlog::log(f.level, "claim_failed queue={} | {}", LogValue(queue_.name), f.message);
   round.kind = ClaimRoundResult::Kind::kFailed;
   // The backoff counts from now: a claim that failed after a long connect

@@ -1,10 +1,11 @@
-// The pruner's, the lease keeper's, the finisher's and a queue's claim
-// rounds driven one by one on the test's thread, against a real PostgreSQL,
-// with a clock the test moves by hand (support/manual_clock.h): no loop
-// thread of theirs is started and nothing sleeps (a claim round's jobs run
-// on the executor pool's threads; the test awaits their outcomes). The
-// database is taken away by renaming it (new connections then fail), and
-// given back by renaming it again.
+// The pruner's, the lease keeper's and the lease's services' (the rescue,
+// the queued sweep, progress, finish counts), the finisher's and a queue's
+// claim rounds driven one by one on the test's thread, against a real
+// PostgreSQL, with a clock the test moves by hand (support/manual_clock.h):
+// no loop thread of theirs is started and nothing sleeps (a claim round's
+// jobs run on the executor pool's threads; the test awaits their outcomes).
+// The database is taken away by renaming it (new connections then fail),
+// and given back by renaming it again.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "claim/claim_transaction.h"
+#include "handlers/job_progress.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/worker_metrics.h"
 #include "pg/connection.h"
@@ -24,11 +26,16 @@
 #include "support/log_capture.h"
 #include "support/manual_clock.h"
 #include "support/test_cluster.h"
+#include "worker/finish_count_writer.h"
+#include "worker/finish_tally.h"
 #include "worker/finisher.h"
 #include "worker/handler_registry.h"
+#include "worker/job_rescuer.h"
 #include "worker/lease_keeper.h"
+#include "worker/progress_writer.h"
 #include "worker/pruner.h"
 #include "worker/queue_runner.h"
+#include "worker/queued_sweeper.h"
 #include "worker/running_jobs.h"
 
 namespace akadzed {
@@ -114,7 +121,7 @@ TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at 
   timings.heartbeat_ttl_us = 10'000'000;
   const std::int64_t span_us = 6'000'000;
   WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
-  LeaseKeeper keeper(db.conninfo(), me, timings, span_us, milliseconds(5000), running, nullptr, nullptr, clock);
+  LeaseKeeper keeper(db.conninfo(), me, timings, span_us, milliseconds(5000), running, nullptr, clock);
 
   keeper.Register();
   CHECK(keeper.held());
@@ -171,9 +178,230 @@ TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at 
   keeper.RunRound();
   text = logs.Take();
   CHECK(Has(text, "info heartbeat_recovered failures=2 outage_ms=9000"));
-  // After its own outage the keeper holds the rescue off for heartbeat_ttl.
-  CHECK(Has(text, "rescue_held ms=10000"));
   CHECK(keeper.held());
+  CHECK_FALSE(keeper.heartbeat_failing());
+  CHECK(keeper.outages_ended() == 1);
+}
+
+// A worker that stopped heartbeating an hour ago, with a running job.
+std::int64_t DeadWorkersJob(const RenamableDb& db) {
+  pg::Connection c = db.Connect();
+  const std::string dead = std::string(
+      c.exec("INSERT INTO akadze.workers (id, hostname, pid, queues, heartbeat_at)"
+             " VALUES (gen_random_uuid(), 'gone', 1, '{default}', now() - interval '1 hour') RETURNING id")
+          .text(0, 0));
+  return c.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
+                " VALUES ('t', 'running', 1, $1::uuid, now() - interval '1 hour') RETURNING id",
+                pg::Params().add(dead))
+      .int64(0, 0);
+}
+
+std::string StateOf(const RenamableDb& db, std::int64_t id) {
+  return std::string(
+      db.Connect().exec("SELECT state || ' attempt=' || attempt FROM akadze.jobs WHERE id = $1", pg::Params().add(id))
+          .text(0, 0));
+}
+
+TEST_CASE("a rescue round requeues a dead worker's job, never while the heartbeat fails, and holds off "
+          "for heartbeat_ttl after an outage", "[kit][lease][rescue][direct]") {
+  RenamableDb db;
+  LogCapture logs;
+  test::ManualClock clock;
+  RunningJobs running;
+  WorkerConfig timings;
+  timings.heartbeat_interval_us = 1'000'000;
+  timings.heartbeat_ttl_us = 10'000'000;
+  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
+  LeaseKeeper keeper(db.conninfo(), me, timings, 6'000'000, milliseconds(5000), running, nullptr, clock);
+  JobRescuer rescuer(keeper.session(), keeper, timings, nullptr, clock);
+  keeper.Register();
+  // A job of this (live) worker is never rescued.
+  const std::int64_t mine = db.Connect()
+                                .exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
+                                      " VALUES ('t', 'running', 1, $1::uuid, now()) RETURNING id",
+                                      pg::Params().add(me.id))
+                                .int64(0, 0);
+  const std::int64_t lost = DeadWorkersJob(db);
+
+  rescuer.RunRound();
+  std::string text = logs.Take();
+  CHECK(Has(text, "warning rescue job=" + std::to_string(lost) + " lost_worker="));
+  CHECK(StateOf(db, lost) == "queued attempt=1");
+  CHECK(StateOf(db, mine) == "running attempt=0");
+  CHECK(rescuer.last_round() == clock.Now());
+
+  // The heartbeat fails: no rescue (this daemon may be the one cut off),
+  // and none for heartbeat_ttl after it works again.
+  db.TakeAway();
+  keeper.RunRound();
+  CHECK(keeper.heartbeat_failing());
+  rescuer.RunRound();  // skipped without a statement: no rescue_failed
+  text = logs.Take();
+  CHECK(Has(text, "heartbeat_failed"));
+  CHECK_FALSE(Has(text, "rescue_failed"));
+  db.GiveBack();
+  const std::int64_t later = DeadWorkersJob(db);
+  clock.Advance(seconds(1));
+  keeper.RunRound();
+  rescuer.RunRound();
+  CHECK(Has(logs.Take(), "info rescue_held ms=10000"));
+  CHECK(StateOf(db, later) == "running attempt=0");
+  clock.Advance(seconds(10) - microseconds(1));
+  rescuer.RunRound();
+  CHECK(StateOf(db, later) == "running attempt=0");
+  clock.Advance(microseconds(1));
+  rescuer.RunRound();
+  CHECK(StateOf(db, later) == "queued attempt=1");
+  CHECK_FALSE(Has(logs.Take(), "rescue_held"));  // once per outage
+
+  // Its own outage (its statement found the server gone): logged once, and
+  // held off too; while the connection is not open its rounds send nothing.
+  db.TakeAway();
+  rescuer.RunRound();
+  CHECK(Has(logs.Take(), "warning rescue_failed | "));
+  clock.Advance(seconds(3));
+  rescuer.RunRound();
+  text = logs.Take();
+  INFO(text);
+  CHECK(text.empty());  // the keeper reopens the connection, and logs the outage
+  db.GiveBack();
+  const std::int64_t third = DeadWorkersJob(db);
+  keeper.RunRound();
+  clock.Advance(seconds(1));
+  rescuer.RunRound();
+  CHECK(Has(logs.Take(), "info rescue_held ms=10000"));
+  CHECK(StateOf(db, third) == "running attempt=0");
+  clock.Advance(seconds(10));
+  rescuer.RunRound();
+  CHECK(Has(logs.Take(), "info rescue_recovered failures=1 outage_ms=14000"));
+  CHECK(StateOf(db, third) == "queued attempt=1");
+}
+
+TEST_CASE("a sweep round ends cancel-requested and expired queued jobs; its outage is logged once",
+          "[kit][lease][sweep][direct]") {
+  RenamableDb db;
+  LogCapture logs;
+  test::ManualClock clock;
+  SharedDbSession session(db.conninfo(), "akadzed lease", milliseconds(5000));
+  session.Run([](pg::Connection&) {});  // opened by the lease keeper, which registers first
+  QueuedSweeper sweeper(session, seconds(1), nullptr, nullptr, clock);
+  auto insert = [&](const std::string& columns, const std::string& values) {
+    return db.Connect()
+        .exec("INSERT INTO akadze.jobs (" + columns + ") VALUES (" + values + ") RETURNING id")
+        .int64(0, 0);
+  };
+  const std::int64_t cancel = insert("task, cancel_requested_at", "'c', now()");
+  const std::int64_t expired = insert("task, expires_at", "'e', now() - interval '1 minute'");
+  const std::int64_t ready = insert("task", "'r'");
+
+  sweeper.RunRound();
+  CHECK(Has(logs.Take(), "info swept cancel_requested=1 expired=1"));
+  CHECK(StateOf(db, cancel) == "cancelled attempt=0");
+  CHECK(StateOf(db, expired) == "cancelled attempt=0");
+  CHECK(StateOf(db, ready) == "queued attempt=0");
+  sweeper.RunRound();
+  CHECK_FALSE(Has(logs.Take(), "swept"));  // nothing left
+
+  db.TakeAway();
+  sweeper.RunRound();
+  CHECK(Has(logs.Take(), "warning sweep_failed | "));
+  clock.Advance(seconds(2));
+  sweeper.RunRound();  // the connection is not open: nothing sent, nothing said
+  CHECK(logs.Take().empty());
+  db.GiveBack();
+  session.Run([](pg::Connection&) {});  // as the lease keeper's next round reopens it
+  const std::int64_t again = insert("task, cancel_requested_at", "'c', now()");
+  clock.Advance(seconds(1));
+  sweeper.RunRound();
+  const std::string text = logs.Take();
+  CHECK(Has(text, "info sweep_recovered failures=1 outage_ms=3000"));
+  CHECK(Has(text, "info swept cancel_requested=1 expired=0"));
+  CHECK(StateOf(db, again) == "cancelled attempt=0");
+  CHECK(sweeper.last_round() == clock.Now());
+}
+
+TEST_CASE("a progress round writes what running jobs reported into their meta, once, and nothing "
+          "while the lease is lost", "[kit][lease][progress][direct]") {
+  RenamableDb db;
+  LogCapture logs;
+  test::ManualClock clock;
+  RunningJobs running;
+  WorkerConfig timings;
+  timings.heartbeat_interval_us = 1'000'000;
+  timings.heartbeat_ttl_us = 10'000'000;
+  const std::int64_t span_us = 6'000'000;
+  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
+  LeaseKeeper keeper(db.conninfo(), me, timings, span_us, milliseconds(5000), running, nullptr, clock);
+  ProgressWriter writer(keeper.session(), keeper, running, seconds(1), clock);
+  keeper.Register();
+  const std::int64_t job = db.Connect()
+                               .exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
+                                     " VALUES ('t', 'running', 1, $1::uuid, now()) RETURNING id",
+                                     pg::Params().add(me.id))
+                               .int64(0, 0);
+  JobStop stop;
+  JobProgress progress;
+  running.Add(job, 1, &stop, &progress);
+  auto meta = [&] {
+    return std::string(
+        db.Connect().exec("SELECT meta::text FROM akadze.jobs WHERE id = $1", pg::Params().add(job)).text(0, 0));
+  };
+
+  writer.RunRound();  // nothing reported yet
+  CHECK(meta() == "{}");
+  REQUIRE(progress.Report({0.25, nlohmann::json{{"rows", 10}}}).empty());
+  writer.RunRound();
+  CHECK(meta() == R"({"rows": 10, "progress": 0.25})");
+  CHECK(running.Progress().empty());  // written: nothing pending
+  CHECK(writer.last_round() == clock.Now());
+
+  // The lease ran out: the old id's jobs are being stopped; nothing is written.
+  REQUIRE(progress.Report({0.5, std::nullopt}).empty());
+  clock.Advance(microseconds(span_us));
+  REQUIRE(keeper.ExpireLeaseIfDue());
+  writer.RunRound();
+  CHECK(meta() == R"({"rows": 10, "progress": 0.25})");
+  CHECK(running.Progress().size() == 1);  // still pending, for the finish
+  CHECK_FALSE(Has(logs.Take(), "progress_failed"));
+}
+
+TEST_CASE("a finish-count round adds the finisher's counts to queue_minutes, and puts them back when "
+          "the database is away", "[kit][lease][status][direct]") {
+  RenamableDb db;
+  LogCapture logs;
+  test::ManualClock clock;
+  SharedDbSession session(db.conninfo(), "akadzed lease", milliseconds(5000));
+  session.Run([](pg::Connection&) {});  // opened by the lease keeper, which registers first
+  FinishTally tally;
+  FinishCountWriter writer(session, tally, seconds(1), clock);
+  auto counted = [&] {
+    return std::string(db.Connect()
+                           .exec("SELECT COALESCE(sum(succeeded), 0) || '/' || COALESCE(sum(failed), 0) || '/' ||"
+                                 " COALESCE(sum(cancelled), 0) FROM akadze.queue_minutes WHERE queue = 'default'")
+                           .text(0, 0));
+  };
+  writer.RunRound();  // nothing to write
+  CHECK(counted() == "0/0/0");
+  tally.Add("default", JobState::kSucceeded);
+  tally.Add("default", JobState::kSucceeded);
+  tally.Add("default", JobState::kFailed);
+  writer.RunRound();
+  CHECK(counted() == "2/1/0");
+  CHECK(tally.Take().empty());
+
+  tally.Add("default", JobState::kCancelled);
+  db.TakeAway();
+  writer.RunRound();
+  CHECK(Has(logs.Take(), "warning finish_counts_failed | "));
+  db.GiveBack();
+  writer.RunRound();  // the connection is not open: kept, nothing said
+  CHECK(logs.Take().empty());
+  session.Run([](pg::Connection&) {});  // as the lease keeper's next round reopens it
+  clock.Advance(seconds(5));
+  writer.RunRound();  // the counts were put back: written now
+  CHECK(Has(logs.Take(), "info finish_counts_recovered failures=1 outage_ms=5000"));
+  CHECK(counted() == "2/1/1");
+  CHECK(writer.last_round() == clock.Now());
 }
 
 // The slots a finisher frees, as the test's thread sees them.
@@ -299,7 +527,7 @@ TEST_CASE("claim rounds on a hand-moved clock: a round claims up to the free slo
   WorkerConfig timings;
   timings.poll_interval_us = 100'000;
   WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
-  LeaseKeeper lease(db.conninfo(), me, timings, 60'000'000, milliseconds(5000), running, nullptr, nullptr, clock);
+  LeaseKeeper lease(db.conninfo(), me, timings, 60'000'000, milliseconds(5000), running, nullptr, clock);
   lease.Register();
   Finisher finisher(db.conninfo(), milliseconds(5000), metrics, {}, clock);
   HandlerRegistry handlers(HandlerMap{{"t", std::make_shared<QuickHandler>()}});

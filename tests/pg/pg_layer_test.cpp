@@ -771,6 +771,32 @@ TEST_CASE("pg: commit of an aborted transaction throws SqlError 25P02", "[pg][tx
 
 // ---------------------------------------------------------------- typed errors
 
+TEST_CASE("pg: an error one row can cause is a RowFaultError; the server's state is not",
+          "[pg][errors]") {
+  Connection conn = Connection::Open(test::FreshDatabase(false));
+  conn.exec("CREATE TABLE r (k int PRIMARY KEY, v int CHECK (v > 0))");
+  conn.exec("INSERT INTO r VALUES (1, 1)");
+  auto kind_of = [&](const char* sql) {
+    try {
+      conn.exec(sql);
+    } catch (...) {
+      return pg::ErrorKindOf(std::current_exception());
+    }
+    return pg::ErrorKind::kOther;
+  };
+  // A constraint, a data exception, a trigger raising: a row's fault.
+  CHECK(kind_of("INSERT INTO r VALUES (1, 2)") == pg::ErrorKind::kRowFault);
+  CHECK(kind_of("UPDATE r SET v = -1") == pg::ErrorKind::kRowFault);
+  CHECK(kind_of("SELECT 1 / (k - 1) FROM r") == pg::ErrorKind::kRowFault);
+  CHECK(kind_of("DO $$ BEGIN RAISE EXCEPTION 'no'; END $$") == pg::ErrorKind::kRowFault);
+  CHECK_THROWS_AS(conn.exec("INSERT INTO r VALUES (1, 2)"), pg::RowFaultError);
+  // The server's state: a statement timeout (57014) is an SqlError of no row.
+  conn.exec("SET statement_timeout = '10ms'");
+  CHECK(kind_of("SELECT pg_sleep(1)") == pg::ErrorKind::kSql);
+  conn.exec("RESET statement_timeout");
+  CHECK(conn.exec("SELECT 1").int64(0, 0) == 1);
+}
+
 TEST_CASE("pg: SQL errors are SqlError, not transient, and leave the connection usable",
           "[pg][errors]") {
   Connection conn = Connection::Open(test::FreshDatabase(false));

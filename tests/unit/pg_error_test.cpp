@@ -2,6 +2,8 @@
 // row by row (the finisher, the rescue) and which it waits out.
 #include <catch2/catch.hpp>
 
+#include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "pg/pg_error.h"
@@ -34,6 +36,19 @@ TEST_CASE("pg_error: what one row can cause is a row fault", "[pg_error]") {
     CHECK_FALSE(IsConnectionSqlState(s));
     CHECK_FALSE(IsTransientSqlState(s));
   }
+}
+
+TEST_CASE("pg_error: ErrorKindOf sorts every class, most derived first, and anything else", "[pg_error]") {
+  CHECK(ErrorKindOf(std::make_exception_ptr(InDoubtError("x", ""))) == ErrorKind::kInDoubt);
+  CHECK(ErrorKindOf(std::make_exception_ptr(ConnectionError("x", "08006"))) == ErrorKind::kConnection);
+  CHECK(ErrorKindOf(std::make_exception_ptr(TransientError("x", "40P01"))) == ErrorKind::kTransient);
+  CHECK(ErrorKindOf(std::make_exception_ptr(RowFaultError("x", "23514"))) == ErrorKind::kRowFault);
+  CHECK(ErrorKindOf(std::make_exception_ptr(SqlError("x", "57014"))) == ErrorKind::kSql);
+  CHECK(ErrorKindOf(std::make_exception_ptr(PgError("x", ""))) == ErrorKind::kSql);
+  CHECK(ErrorKindOf(std::make_exception_ptr(std::runtime_error("x"))) == ErrorKind::kOther);
+  CHECK(ErrorKindOf(std::make_exception_ptr(42)) == ErrorKind::kOther);
+  CHECK(ErrorKindOf(nullptr) == ErrorKind::kOther);
+  CHECK(std::string(ErrorKindName(ErrorKind::kRowFault)) == "row_fault");
 }
 
 }  // namespace

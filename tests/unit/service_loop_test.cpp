@@ -31,7 +31,7 @@ TEST_CASE("RoundGuard sorts failures and logs an outage once", "[kit]") {
   test::ManualClock clock;
   RoundGuard guard = Guard(clock);
 
-  const RoundFailure first = guard.Failed(pg::ConnectionError("server closed the connection\nunexpectedly", "08006"));
+  const RoundFailure first = guard.Failed(std::make_exception_ptr(pg::ConnectionError("server closed the connection\nunexpectedly", "08006")));
   CHECK(first.kind == RoundFailureKind::kOutage);
   CHECK(first.level == spdlog::level::warn);
   CHECK(first.message == "server closed the connection unexpectedly");
@@ -39,7 +39,7 @@ TEST_CASE("RoundGuard sorts failures and logs an outage once", "[kit]") {
   CHECK(first.retry_in <= milliseconds(150));
 
   clock.Advance(milliseconds(2500));
-  const RoundFailure second = guard.Failed(pg::ConnectionError("refused", ""));
+  const RoundFailure second = guard.Failed(std::make_exception_ptr(pg::ConnectionError("refused", "")));
   CHECK(second.kind == RoundFailureKind::kOutage);
   CHECK(second.level == spdlog::level::debug);  // the outage was logged already
   CHECK(second.retry_in >= milliseconds(100));  // doubled: 200 ms * [0.5, 1.5]
@@ -53,25 +53,25 @@ TEST_CASE("RoundGuard sorts failures and logs an outage once", "[kit]") {
   CHECK_FALSE(guard.Succeeded());
 
   // After a success the backoff starts over.
-  CHECK(guard.Failed(std::runtime_error("x")).retry_in <= milliseconds(150));
+  CHECK(guard.Failed(std::make_exception_ptr(std::runtime_error("x"))).retry_in <= milliseconds(150));
 }
 
 TEST_CASE("RoundGuard: in doubt, transient, SQL and other errors", "[kit]") {
   test::ManualClock clock;
   RoundGuard guard = Guard(clock);
-  const RoundFailure in_doubt = guard.Failed(pg::InDoubtError("lost during COMMIT", ""));
+  const RoundFailure in_doubt = guard.Failed(std::make_exception_ptr(pg::InDoubtError("lost during COMMIT", "")));
   CHECK(in_doubt.kind == RoundFailureKind::kInDoubt);
   CHECK(in_doubt.level == spdlog::level::warn);
-  const RoundFailure transient = guard.Failed(pg::TransientError("deadlock detected", "40P01"));
+  const RoundFailure transient = guard.Failed(std::make_exception_ptr(pg::TransientError("deadlock detected", "40P01")));
   CHECK(transient.kind == RoundFailureKind::kSqlError);
   CHECK(transient.level == spdlog::level::warn);
-  const RoundFailure sql = guard.Failed(pg::SqlError("permission denied", "42501"));
+  const RoundFailure sql = guard.Failed(std::make_exception_ptr(pg::SqlError("permission denied", "42501")));
   CHECK(sql.kind == RoundFailureKind::kSqlError);
   CHECK(sql.level == spdlog::level::err);
-  const RoundFailure other = guard.Failed(std::logic_error("bug"));
+  const RoundFailure other = guard.Failed(std::make_exception_ptr(std::logic_error("bug")));
   CHECK(other.kind == RoundFailureKind::kOther);
   CHECK(other.level == spdlog::level::err);
-  CHECK(guard.FailedUnknown().message == "unknown exception");
+  CHECK(guard.Failed(std::make_exception_ptr(42)).message == "unknown exception");
   CHECK(guard.failures() == 5);
   CHECK(std::string(RoundFailureKindName(RoundFailureKind::kInDoubt)) == "in_doubt");
   // The in-doubt failure counted as an outage, so the success ends one.
