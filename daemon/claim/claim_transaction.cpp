@@ -38,6 +38,10 @@ void ValidateClaimRequest(const ClaimRequest& request) {
 
 namespace {
 
+// The claim's elapsed time (ClaimResult::elapsed_ms, the claim duration
+// metric) is measured on the real steady clock, never a test's: it reports
+// how long the server and the network took. The claim decides nothing by
+// the client's time (its now() is the server's), so it takes no ServiceClock.
 double MillisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
@@ -668,7 +672,7 @@ class ClaimRun {
   std::string server_started_;
   std::int64_t now_us_ = 0;
   const ReadContext ctx_;
-  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();  // elapsed_ms: real time
   const std::int64_t round_trips_before_;
   ClaimOutcome outcome_;
   std::optional<ClaimPlanner> planner_;
@@ -708,7 +712,7 @@ ClaimResult ClaimInTransaction(pg::Transaction& tx, const ClaimRequest& request)
 
 ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   ValidateClaimRequest(request);  // before BEGIN: a bad request costs no round trip
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = std::chrono::steady_clock::now();  // elapsed_ms: real time (MillisecondsSince)
   const std::int64_t round_trips_before = conn.round_trips();
   // Without hooks to run before COMMIT, the claim commits (or a dry run
   // rolls back) in its claiming statement's round trip.
