@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 namespace akadzed {
 
 const IndexPosition* ClaimFloor::LevelFloor(std::int32_t priority) const {
@@ -141,10 +143,48 @@ std::optional<SnapshotXids> ParseSnapshot(std::string_view snapshot) {
 }
 
 bool FloorUsable(const ClaimFloor& floor, std::string_view snapshot, std::string_view server_started) {
-  if (floor.empty() || floor.server_started != server_started) return false;
+  if (floor.snapshot.empty() || floor.server_started != server_started) return false;
   const std::optional<SnapshotXids> then = ParseSnapshot(floor.snapshot);
   const std::optional<SnapshotXids> now = ParseSnapshot(snapshot);
   return then && now && now->xmax >= then->xmax;
+}
+
+KeyRunningFloor RunningFloorAfter(const SnapshotXids& s, std::vector<std::int64_t> ids) {
+  KeyRunningFloor f;
+  f.from_xid = s.xmax;
+  const std::uint64_t recent = s.xmax > kRunningRangeSlack ? s.xmax - kRunningRangeSlack : 0;
+  for (std::uint64_t x : s.in_progress) {
+    if (x >= recent) f.from_xid = std::min(f.from_xid, x);
+  }
+  for (std::uint64_t x : s.in_progress) {
+    if (x < f.from_xid) f.points.push_back(x);
+  }
+  f.ids = std::move(ids);
+  return f;
+}
+
+void RecordRunningFloor(RunningFloors& floors, const std::string& key, KeyRunningFloor floor) {
+  if (floors.size() >= kMaxRunningFloorKeys && !floors.contains(key)) floors.clear();
+  floors[key] = std::move(floor);
+}
+
+std::string RunningFloorsJson(const RunningFloors& floors, const std::vector<std::string>* keys) {
+  nlohmann::json k = nlohmann::json::object();
+  std::set<std::uint64_t> points;
+  auto add = [&](const std::string& key, const KeyRunningFloor& f) {
+    k[key] = {{"x", f.from_xid}, {"i", f.ids}};
+    points.insert(f.points.begin(), f.points.end());
+  };
+  if (keys) {
+    for (const std::string& key : *keys) {
+      if (auto it = floors.find(key); it != floors.end()) add(key, it->second);
+    }
+  } else {
+    for (const auto& [key, f] : floors) add(key, f);
+  }
+  nlohmann::json out = {{"k", std::move(k)}};
+  if (!points.empty()) out["p"] = points;
+  return out.dump();
 }
 
 }  // namespace akadzed

@@ -90,13 +90,14 @@ struct ClaimOutcome {
 // keys whose starts are marked, $4-$5 the fence, $6 queue, $7 excluded ids,
 // $8 locked keys; a speculative claim's keys (ClaimRun::ClaimPlan): $9 the
 // planned keys whose state came from counts without locks, $10 the jobs
-// planned of each, $11 the key whose lock the claim waited for (NULL: none).
+// planned of each, $11 the key whose lock the claim waited for (NULL: none),
+// $12 those keys' running floors (claim_floor.h).
 // With none ($9 empty) the check holds. When it does not, nothing changes,
 // as with the fence.
 const std::string& ClaimSql() {
   static const std::string sql =
       "WITH fence AS (SELECT " + LeaseFenceSql(4) + " AS held),"
-      " spec AS (" + SpeculativeKeysSql("$9::text[]", "$10::int8[]", "$11::text", "$3::text[]") + "),"
+      " spec AS (" + SpeculativeKeysSql("$9::text[]", "$10::int8[]", "$11::text", "$3::text[]", "$12::jsonb") + "),"
       // One lookup by id per planned row, through jobs_pkey alone
       // (kReadyByIdSql, and the queue compared as no index condition):
       // with `id = ANY($1) AND queue = $6 AND state = 'queued'` a generic
@@ -116,6 +117,9 @@ const std::string& ClaimSql() {
       "    state = CASE WHEN plan.runnable THEN 'running' ELSE 'failed' END,"
       "    run_count = j.run_count + plan.runnable::int,"
       "    worker_id = CASE WHEN plan.runnable THEN $2::uuid ELSE j.worker_id END,"
+      // What the trigger of migration 010 would write; written here, it
+      // does not call the trigger's function.
+      "    running_xid = CASE WHEN plan.runnable THEN pg_current_xact_id() ELSE j.running_xid END,"
       // now(), as the start marks: started_at is when the job counts as
       // started for its key's rate (clock_timestamp() here made the fault
       // suite's audit see 6-8 starts in windows of 5).
@@ -184,10 +188,13 @@ class ClaimRun {
         index_lookup_plans_(one_at_a_time && !(request.before_commit && !request.dry_run)),
         floor_wanted_(floor != nullptr && !request.aging_us),
         floor_(floor_wanted_ && !floor->empty() ? floor : nullptr),
+        given_(floor_wanted_ && !floor->snapshot.empty() ? floor : nullptr),
         ctx_(MakeReadContext(request.queue, request.aging_us)),
         round_trips_before_(tx.connection().round_trips()) {
     result().worker_id = request.worker_id.empty() ? RandomUuid() : request.worker_id;
     unlocked_.known = &keys_;
+    if (given_) running_ = given_->running;
+    if (floor_wanted_) unlocked_.running = &running_;
   }
 
   ClaimOutcome Run() {
@@ -205,10 +212,12 @@ class ClaimRun {
       }
       if (!step_.plan.empty()) result().rows_needed = RowsNeeded();
       if (floor_wanted_) outcome_.floor = NextFloor();
-    } else if (floor_wanted_ && floor_) {
+    } else if (given_) {
       // Nothing read (paused, fenced, capped, no free slot): the floor
-      // still holds, for its own snapshot.
-      outcome_.floor = *floor_;
+      // still holds, for its own snapshot, with the running floors the
+      // first window's counts left.
+      outcome_.floor = *given_;
+      outcome_.floor->running = running_;
     }
     return Finish();
   }
@@ -304,11 +313,14 @@ class ClaimRun {
         snapshot_ = std::string(got[3].text(0, 0));
         server_started_ = std::string(got[3].text(0, 1));
         now_us_ = got[3].int64(0, 2);
-        if (floor_ && !FloorUsable(*floor_, snapshot_, server_started_)) {
+        if (given_ && !FloorUsable(*given_, snapshot_, server_started_)) {
           // Another server, or transaction ids that went back (a failover,
-          // a restore): what the floor says of the rows below it is about
-          // another history. Read from the heads.
+          // a restore): what the floor says of the rows below it, and of
+          // the keys' running rows, is about another history. Read from the
+          // heads and count the keys whole.
           floor_ = nullptr;
+          given_ = nullptr;
+          running_.clear();
           window_result = tx_.exec(WindowReader::FirstStatement(ctx_, reads_.front(), nullptr, unlocked_));
         } else if (floor_) {
           below_ = RowsFrom(got[4]);
@@ -407,7 +419,7 @@ class ClaimRun {
     if (window_reader_) {
       if (std::vector<std::string> enumerated = window_reader_->TakeEnumeratedKeys(); !enumerated.empty()) {
         std::erase_if(enumerated, [&](const std::string& k) { return keys_.contains(k); });
-        for (auto& [key, info] : CountKeys(tx_, enumerated)) {
+        for (auto& [key, info] : CountKeys(tx_, enumerated, unlocked_.running)) {
           if (info.allowed <= 0) SetKeyState(key, KeyInfo{0, false});
         }
       }
@@ -432,7 +444,8 @@ class ClaimRun {
       }
     }
     if (to_lock.empty()) return;
-    auto info = LockAndCountKeys(tx_, to_lock, &may_wait_, &result().keys_locked_elsewhere, &locked_keys_);
+    auto info = LockAndCountKeys(tx_, to_lock, &may_wait_, &result().keys_locked_elsewhere, &locked_keys_,
+                                 unlocked_.running);
     for (const std::string& key : to_lock) SetKeyState(key, info[key]);
   }
 
@@ -486,13 +499,14 @@ class ClaimRun {
       }
     }
     std::optional<KeyLockRound> round;
-    if (!spec_keys.empty()) round.emplace(spec_keys, may_wait_);
+    if (!spec_keys.empty()) round.emplace(spec_keys, may_wait_, unlocked_.running);
     pg::Params params;
     params.add_array(step_.plan).add(result().worker_id).add_array(start_marks);
     params.add(request_.lease_span_us).add(result().worker_id);
     params.add(request_.queue).add_array(request_.exclude_ids).add_array(locked_keys_);
     params.add_array(spec_keys).add_array(spec_counts);
     params.add(round && round->waited_key() ? std::optional<std::string>(*round->waited_key()) : std::nullopt);
+    params.add(unlocked_.running ? RunningFloorsJson(*unlocked_.running, &spec_keys) : std::string("{}"));
     std::vector<pg::PipelinedStatement> statements;
     if (round) round->AddStatements(statements);
     const pg::Statement dead = DeadEntriesStatement();
@@ -611,7 +625,15 @@ class ClaimRun {
     k.snapshot = snapshot_;
     k.server_started = server_started_;
     k.now_us = now_us_;
-    return NextClaimFloor(k);
+    ClaimFloor next = NextClaimFloor(k);
+    // The keys' running floors hold on their own, so with no level floor
+    // too; S and the server then say where they hold.
+    next.running = running_;
+    if (next.snapshot.empty()) {
+      next.snapshot = snapshot_;
+      next.server_started = server_started_;
+    }
+    return next;
   }
 
   // ClaimResult::rows_needed: the rows read at or before the plan's last
@@ -665,6 +687,11 @@ class ClaimRun {
   const bool index_lookup_plans_;
   const bool floor_wanted_;
   const ClaimFloor* floor_;
+  // The floor given, when it has a snapshot (its running floors may serve
+  // with no level floor), until found not usable.
+  const ClaimFloor* given_;
+  // The keys' running floors: the given floor's, then each count's.
+  RunningFloors running_;
   std::vector<ReadyRow> below_;
   // DeadEntriesStatement() before the first read.
   std::int64_t dead_before_ = 0;

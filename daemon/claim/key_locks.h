@@ -4,7 +4,7 @@
 // advisory locks on the key's name: the first may wait, the rest are
 // try-locks) and counted again in a new statement, whose snapshot includes
 // every claim that held the lock before: the locks and the recount go in
-// one round trip (a pipeline). Start marks out of every window are purged
+// one round trip (a pipeline). Start marks that left every window are purged
 // under the lock, by the statement that claims (PurgeStartsSql).
 //
 // Thread-safety: functions use the transaction they are given.
@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "claim/claim_floor.h"
 #include "pg/transaction.h"
 
 namespace akadzed {
@@ -27,16 +28,26 @@ struct KeyInfo {
 
 // SQL of a count: for each key `keys_sql` yields (a query of one text
 // column), its applicable limits and its running jobs and starts, as the
-// columns key, has_row, max_running, max_starts, running, starts
-// (kKeyCountColumns of them; KeyInfoAt reads them).
-std::string KeyCountsSql(const std::string& keys_sql);
-inline constexpr int kKeyCountColumns = 6;
+// columns key, has_row, max_running, max_starts, running, starts, then the
+// ids of the running jobs counted (int8[]; empty when the key has no
+// running cap and nothing was counted) and the statement's snapshot
+// (kKeyCountColumns of them; KeyInfoAt and RecordRunningFloors read them).
+// `floors_sql`: an SQL expression of type jsonb, the keys' running floors
+// (claim_floor.h, RunningFloorsJson); a key without one is counted whole.
+std::string KeyCountsSql(const std::string& keys_sql, const std::string& floors_sql);
+inline constexpr int kKeyCountColumns = 8;
 // The KeyInfo of the count in `r`'s row `row`, its columns from `first`
 // (the key itself at `first`).
 KeyInfo KeyInfoAt(const pg::Result& r, int row, int first);
+// The running floor each counted key of `r` (rows with a count from column
+// `first`; a row whose count there is NULL is skipped) leaves, into
+// `floors` (null: none kept).
+void RecordRunningFloors(const pg::Result& r, int first, RunningFloors* floors);
 
-// Reads each key's applicable limits and counts its running jobs and starts.
-std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx, const std::vector<std::string>& keys);
+// Reads each key's applicable limits and counts its running jobs and starts,
+// with and into `floors` (null: counted whole, none kept).
+std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx, const std::vector<std::string>& keys,
+                                                   RunningFloors* floors);
 
 // One round of key locks and their recount, as statements to send in one
 // pipeline: alone (LockAndCountKeys), or followed by the claiming statement
@@ -50,8 +61,9 @@ std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx, const st
 // transaction to read.
 class KeyLockRound {
  public:
-  // `keys` not empty.
-  KeyLockRound(std::vector<std::string> keys, bool may_wait);
+  // `keys` not empty. The recount reads with and records into `floors`
+  // (null: counted whole, none kept), which must outlive the round.
+  KeyLockRound(std::vector<std::string> keys, bool may_wait, RunningFloors* floors);
   KeyLockRound(const KeyLockRound&) = delete;
   KeyLockRound& operator=(const KeyLockRound&) = delete;
 
@@ -63,12 +75,14 @@ class KeyLockRound {
   // The KeyInfo of every key from the round's results (`results` from its
   // first statement on): a key another claim holds gets allowed = 0 and
   // counts in `*locked_elsewhere`; the keys locked are appended to `*locked`.
+  // Every key's running floor is recorded, locked or not.
   std::unordered_map<std::string, KeyInfo> Read(std::span<const pg::Result> results, int* locked_elsewhere,
                                                 std::vector<std::string>* locked) const;
 
  private:
   std::vector<std::string> keys_;
   bool may_wait_;
+  RunningFloors* floors_;
   std::vector<std::string> tried_;
   pg::Params first_;
   pg::Params rest_;
@@ -82,7 +96,7 @@ class KeyLockRound {
 std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
                                                           const std::vector<std::string>& keys,
                                                           bool* may_wait, int* locked_elsewhere,
-                                                          std::vector<std::string>* locked);
+                                                          std::vector<std::string>* locked, RunningFloors* floors);
 
 // The check of a speculative claim, as a query of one row (ok, held): `ok`
 // when every key of `keys_param` (text[]) is held by this transaction, the
@@ -92,15 +106,18 @@ std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
 // follows the round's locks); `held`: those of the keys that are held
 // (text[]). `marks_param` (text[]): the keys whose starts the claim marks;
 // a key's applicable row must cap starts exactly when it is among them.
+// `floors_param` (jsonb): the keys' running floors (KeyCountsSql).
 // Run in a statement after the KeyLockRound's, in the same
 // transaction.
 std::string SpeculativeKeysSql(const std::string& keys_param, const std::string& counts_param,
-                               const std::string& waited_param, const std::string& marks_param);
+                               const std::string& waited_param, const std::string& marks_param,
+                               const std::string& floors_param);
 
 // A data-modifying CTE body that deletes the start marks of the keys in
 // `keys_param` (an SQL expression of type text[]) that are outside every
-// window a claim may count (see key_locks.cpp). Only for keys this claim
-// holds the lock of.
+// window a claim may count and left it within the last minute, or lie past
+// it (see key_locks.cpp); older ones are pruning's. Only for keys this
+// claim holds the lock of.
 std::string PurgeStartsSql(const std::string& keys_param);
 
 }  // namespace akadzed

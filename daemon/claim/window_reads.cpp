@@ -93,13 +93,15 @@ std::string WithUnlockedCounts(Statement& st, const std::string& window_sql, con
   const std::string known = st.bind_set(known_keys);
   return "WITH w AS MATERIALIZED (" + window_sql + "), c AS (" +
          KeyCountsSql("SELECT DISTINCT limit_key FROM w WHERE limit_key IS NOT NULL AND limit_key <> ALL(" +
-                      known + "::text[])") +
+                          known + "::text[])",
+                      st.bind(counts.running ? RunningFloorsJson(*counts.running) : std::string("{}")) + "::jsonb") +
          ") SELECT w.*, c.* FROM w LEFT JOIN c ON c.key = w.limit_key ORDER BY " + order_by;
 }
 
 // The counts WithUnlockedCounts() added to `r` (its rows' columns from
 // `first`), into `counts`.
 void TakeUnlockedCounts(const pg::Result& r, int first, UnlockedCounts& counts) {
+  RecordRunningFloors(r, first, counts.running);
   for (int i = 0; i < r.rows(); ++i) {
     if (r.is_null(i, first)) continue;
     counts.counts.try_emplace(std::string(r.text(i, first)), KeyInfoAt(r, i, first));

@@ -41,6 +41,8 @@ ReadContext MakeReadContext(const std::string& queue, std::optional<std::int64_t
 struct UnlockedCounts {
   const std::unordered_map<std::string, KeyInfo>* known = nullptr;  // the claim's key states: not counted
   std::unordered_map<std::string, KeyInfo> counts;  // filled by reads
+  // The keys' running floors the counts read with and record (null: none).
+  RunningFloors* running = nullptr;
 };
 
 // Reads the windows of the single stream (no aging): through jobs_claim_idx,

@@ -296,7 +296,7 @@ std::vector<WorkerRow> ListWorkers(pg::Connection& conn) {
 std::vector<LimitUse> ListLimitUse(pg::Connection& conn) {
   pg::Result r = conn.exec(
       "WITH running AS (SELECT limit_key AS key, count(*) AS n FROM akadze.jobs"
-      "   WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key),"
+      "   WHERE " + std::string(kRunningWithKeySql) + " GROUP BY limit_key),"
       " keys AS (SELECT key FROM running UNION SELECT key FROM akadze.limits WHERE key <> '*'),"
       " applied AS (SELECT k.key, COALESCE(own.key, star.key) AS row_key,"
       "   COALESCE(own.max_running, CASE WHEN own.key IS NULL THEN star.max_running END) AS max_running,"

@@ -35,6 +35,15 @@ inline constexpr const char* kReadyByXidSql = "(state = 'queued') IS TRUE" AKADZ
 inline constexpr const char* kReadyByIdSql = "(state = 'queued') IS NOT FALSE" AKADZED_READY_AFTER_STATE;
 #undef AKADZED_READY_AFTER_STATE
 
+// Running rows with a limit key, spelled as jobs_running_key_xid_idx's
+// predicate (migration 010) so that a read of a key's running rows (a
+// claim's count of running(K), `akadzed limits`) goes through that index
+// and no plan reads jobs_running_worker_idx (every running job of the
+// cluster) whole instead: its predicate, `state = 'running'`, is not
+// implied by this one. A running row's id lookup says
+// `(state = 'running') IS NOT FALSE`: no partial index, jobs_pkey.
+inline constexpr const char* kRunningWithKeySql = "(state = 'running') IS TRUE AND limit_key IS NOT NULL";
+
 // Settings local to a transaction whose statements each read a few rows of
 // akadze.jobs through an index (a claim, a finish): no table scan, hash or
 // merge join, so a plan joins row by row through an index. A generic plan

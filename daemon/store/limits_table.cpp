@@ -1,6 +1,9 @@
 #include "store/limits_table.h"
 
 #include <stdexcept>
+#include <string>
+
+#include "store/job_sql.h"
 
 namespace akadzed {
 
@@ -55,12 +58,13 @@ namespace {
 
 // ListLimitKeysInUse's statement: each key with the row's running cap and the
 // number of such keys overall.
-constexpr const char* kLimitKeysSql =
+const std::string kLimitKeysSql =
+   
     "SELECT r.key, r.n,"
     " CASE WHEN own.key IS NOT NULL THEN own.max_running ELSE star.max_running END,"
     " count(*) OVER ()"
     " FROM (SELECT limit_key AS key, count(*) AS n FROM akadze.jobs"
-    "   WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key) r"
+    "   WHERE " + std::string(kRunningWithKeySql) + " GROUP BY limit_key) r"
     " LEFT JOIN akadze.limits own ON own.key = r.key"
     " LEFT JOIN akadze.limits star ON star.key = '*'"
     " WHERE own.key IS NOT NULL OR star.key IS NOT NULL"

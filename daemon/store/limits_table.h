@@ -44,7 +44,7 @@ struct LimitKeyUse {
 // Limit keys with running jobs whose applicable akadze.limits row (own, else
 // '*') exists, busiest first, at most `max_keys`; `*total` gets the number of
 // such keys overall (left alone when there is none). Reads running jobs
-// through jobs_running_limit_key_idx.
+// through jobs_running_key_xid_idx (kRunningWithKeySql).
 std::vector<LimitKeyUse> ListLimitKeysInUse(pg::Connection& conn, std::size_t max_keys,
                                             std::int64_t* total);
 

@@ -316,6 +316,7 @@ struct FloorCaseStats {
   std::int64_t floored = 0;       // claims that read past a floor
   std::int64_t below_rows = 0;    // claims that found rows below it
   std::int64_t nonempty = 0;
+  std::int64_t running_floors = 0;  // keys' running floors the claims left
 };
 
 void RunFloorCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint64_t seed, bool fair,
@@ -376,9 +377,28 @@ void RunFloorCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint64
     std::vector<std::int64_t> locked;
     const double roll = std::uniform_real_distribution<double>(0, 1)(rng);
     bool commit_after = false;
+    // Running rows of the keys outside this queue (limit keys count across
+    // queues), made and ended by other transactions: what a key's running
+    // floor (claim_floor.h, KeyRunningFloor) must see, below it or past it.
+    const std::string other = queue + "_other";
+    auto insert_running = [&](pg::Connection& c, int n) {
+      for (int i = 0; i < n && !keys.empty(); ++i) {
+        c.exec("INSERT INTO akadze.jobs (task, queue, state, limit_key, run_count, started_at)"
+               " VALUES ('t', $1, 'running', $2, 1, now())",
+               pg::Params().add(other).add(keys[static_cast<std::size_t>(uni(0, n_keys - 1))]));
+      }
+    };
     if (roll < 0.25) {
       holder.emplace(holder_conn);
       insert_rows(holder_conn, static_cast<int>(uni(1, 3)), false);
+      const bool long_in_flight = chance(0.3);
+      if (long_in_flight || chance(0.5)) insert_running(holder_conn, 1);
+      if (long_in_flight) {
+        // The open transaction falls more than kRunningRangeSlack
+        // transactions behind: a running floor lists it as a point.
+        conn.exec("DO $$ BEGIN FOR i IN 1..1100 LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$");
+        what << " long_in_flight";
+      }
       commit_after = chance(0.7);
       what << (commit_after ? " in_flight_insert" : " aborted_insert");
       conn.exec("SELECT pg_current_xact_id()");  // a transaction that ends after it began
@@ -415,6 +435,28 @@ void RunFloorCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint64
                 " FROM akadze.jobs WHERE queue = $1 AND state = 'running' ORDER BY random() LIMIT 2)",
                 pg::Params().add(queue));
       what << " finished";
+    }
+    if (!keys.empty() && chance(0.3)) {
+      const int n = static_cast<int>(uni(1, 2));
+      insert_running(conn, n);
+      what << " running_elsewhere=" << n;
+    }
+    if (!keys.empty() && chance(0.2)) {
+      // A queued row of the other queue made running by an UPDATE (as
+      // another worker's claim would), or one running there ended.
+      conn.exec("INSERT INTO akadze.jobs (task, queue, limit_key) VALUES ('t', $1, $2)",
+                pg::Params().add(other).add(keys[static_cast<std::size_t>(uni(0, n_keys - 1))]));
+      conn.exec("UPDATE akadze.jobs SET state = 'running', run_count = run_count + 1, started_at = now()"
+                " WHERE id = (SELECT max(id) FROM akadze.jobs WHERE queue = $1 AND state = 'queued')",
+                pg::Params().add(other));
+      what << " claimed_elsewhere";
+    }
+    if (chance(0.2)) {
+      pg::Result r = conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN (SELECT id"
+                               " FROM akadze.jobs WHERE queue = $1 AND state = 'running' ORDER BY random() LIMIT 2)"
+                               " RETURNING id",
+                               pg::Params().add(other));
+      what << " finished_elsewhere=" << r.rows();
     }
     if (chance(0.15)) {
       pg::Transaction sub(conn);
@@ -466,6 +508,7 @@ void RunFloorCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint64
     ++stats.claims;
     if (result.floor_levels > 0) ++stats.floored;
     if (result.rows_below_floor > 0) ++stats.below_rows;
+    stats.running_floors += static_cast<std::int64_t>(floor.running.size());
     if (!want.empty()) ++stats.nonempty;
     if (got != want) {
       INFO(desc.str() << " step=" << step << what.str() << (request.dry_run ? " dry_run" : " real")
@@ -498,6 +541,8 @@ void RunFloorCases(bool fair) {
     CHECK(stats.floored > stats.claims / 2);
     CHECK(stats.below_rows > stats.claims / 20);
     CHECK(stats.nonempty > stats.claims / 3);
+    // Keys were counted from running floors.
+    CHECK(stats.running_floors > stats.claims / 4);
   }
 }
 

@@ -33,7 +33,7 @@ const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses"
                                                "003_limit_keys", "004_claim_key_index",
                                                "005_limit_window_bound", "006_enqueue",
                                                "007_status_page", "008_queue_caps",
-                                               "009_queued_xid"};
+                                               "009_queued_xid", "010_running_xid"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -94,7 +94,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "009_queued_xid");
+  CHECK(ExpectedSchemaVersion() == "010_running_xid");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -243,6 +243,7 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
       "finished_at:timestamp with time zone:YES",
       "limit_key:text:YES",
       "queued_xid:xid8:YES",
+      "running_xid:xid8:YES",
   };
   CHECK(Column(r) == expected);
   Result id = conn.exec(
@@ -328,6 +329,43 @@ TEST_CASE("migrations: queued_xid names the transaction that last made a row que
   REQUIRE(definition.rows() == 1);
   CHECK(std::string(definition.text(0, 0)).find("(queue, queued_xid) WHERE ((state = 'queued'::text) IS TRUE)") !=
         std::string::npos);
+}
+
+TEST_CASE("migrations: running_xid names the transaction that last made a row running, whoever writes it",
+          "[migrations][schema]") {
+  Connection conn = Connection::Open(test::FreshDatabase(true));
+  auto xid_of = [&](const std::string& sql) {
+    pg::Transaction tx(conn);
+    Result r = tx.exec(sql + " RETURNING coalesce(running_xid::text, ''), pg_current_xact_id()::text");
+    REQUIRE(r.rows() == 1);
+    std::pair<std::string, std::string> got{std::string(r.text(0, 0)), std::string(r.text(0, 1))};
+    tx.commit();
+    return got;
+  };
+  // A queued INSERT leaves it NULL; one inserted running gets it, whatever
+  // it names.
+  auto [queued, queued_tx] = xid_of("INSERT INTO akadze.jobs (task, limit_key) VALUES ('t', 'k')");
+  CHECK(queued.empty());
+  auto [inserted, inserted_tx] =
+      xid_of("INSERT INTO akadze.jobs (task, state, limit_key, running_xid) VALUES ('t', 'running', 'k', '3')");
+  CHECK(inserted == inserted_tx);
+  const std::string id = std::string(conn.exec("SELECT min(id)::text FROM akadze.jobs").text(0, 0));
+  // A claim by any writer, and any UPDATE that leaves the row running
+  // (a heartbeat's progress, a cancel request), rewrite it; a finish
+  // leaves it.
+  auto [claimed, claimed_tx] = xid_of("UPDATE akadze.jobs SET state = 'running', running_xid = NULL WHERE id = " + id);
+  CHECK(claimed == claimed_tx);
+  auto [touched, touched_tx] = xid_of("UPDATE akadze.jobs SET meta = '{\"p\": 1}' WHERE id = " + id);
+  CHECK(touched == touched_tx);
+  auto [finished, finished_tx] = xid_of("UPDATE akadze.jobs SET state = 'succeeded' WHERE id = " + id);
+  CHECK(finished == touched);
+  CHECK(finished != finished_tx);
+  // Running rows with a key are in jobs_running_key_xid_idx, read the way
+  // the claim's counts read them.
+  Result indexed = conn.exec(
+      "SELECT count(*) FROM akadze.jobs WHERE (state = 'running') IS TRUE AND limit_key IS NOT NULL"
+      " AND limit_key = 'k' AND running_xid >= '1'::xid8");
+  CHECK(indexed.int64(0, 0) == 1);
 }
 
 TEST_CASE("migrations: akadze.jobs defaults", "[migrations][schema]") {
@@ -467,7 +505,7 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
   CHECK(names == std::vector<std::string>{"jobs_claim_idx", "jobs_claim_key_idx",
                                           "jobs_failed_finished_idx", "jobs_finished_at_idx", "jobs_pkey",
                                           "jobs_queued_cancel_idx", "jobs_queued_expires_idx", "jobs_queued_xid_idx",
-                                          "jobs_running_limit_key_idx", "jobs_running_worker_idx",
+                                          "jobs_running_key_xid_idx", "jobs_running_worker_idx",
                                           "jobs_unique_key_active_idx"});
   auto def = [&](const std::string& name) -> std::string {
     for (int i = 0; i < r.rows(); ++i) {
@@ -505,9 +543,12 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
   CHECK(def("jobs_failed_finished_idx") ==
         "CREATE INDEX jobs_failed_finished_idx ON akadze.jobs USING btree (finished_at DESC, id DESC)"
         " WHERE (state = 'failed'::text)");
-  CHECK(def("jobs_running_limit_key_idx") ==
-        "CREATE INDEX jobs_running_limit_key_idx ON akadze.jobs USING btree (limit_key)"
-        " WHERE ((state = 'running'::text) AND (limit_key IS NOT NULL))");
+  // akadzed's: each key's running rows by the transaction that made them
+  // running (010_running_xid), spelled so that only reads that say
+  // `(state = 'running') IS TRUE` use it.
+  CHECK(def("jobs_running_key_xid_idx") ==
+        "CREATE INDEX jobs_running_key_xid_idx ON akadze.jobs USING btree (limit_key, running_xid)"
+        " WHERE (((state = 'running'::text) IS TRUE) AND (limit_key IS NOT NULL))");
 
   // The start log is indexed by key and time, so counting never scans history.
   Result starts = conn.exec(
@@ -540,7 +581,8 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
                                                            "applied 006_enqueue",
                                                            "applied 007_status_page",
                                                            "applied 008_queue_caps",
-                                                           "applied 009_queued_xid"});
+                                                           "applied 009_queued_xid",
+                                                           "applied 010_running_xid"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});
