@@ -168,7 +168,9 @@ void RecordRunningFloor(RunningFloors& floors, const std::string& key, KeyRunnin
   floors[key] = std::move(floor);
 }
 
-std::string RunningFloorsJson(const RunningFloors& floors, const std::vector<std::string>* keys) {
+RunningFloorArgs RunningFloorsArgs(const RunningFloors* floors, const std::vector<std::string>* keys) {
+  RunningFloorArgs out;
+  if (floors == nullptr || floors->empty()) return out;
   nlohmann::json k = nlohmann::json::object();
   std::set<std::uint64_t> points;
   auto add = [&](const std::string& key, const KeyRunningFloor& f) {
@@ -177,14 +179,14 @@ std::string RunningFloorsJson(const RunningFloors& floors, const std::vector<std
   };
   if (keys) {
     for (const std::string& key : *keys) {
-      if (auto it = floors.find(key); it != floors.end()) add(key, it->second);
+      if (auto it = floors->find(key); it != floors->end()) add(key, it->second);
     }
   } else {
-    for (const auto& [key, f] : floors) add(key, f);
+    for (const auto& [key, f] : *floors) add(key, f);
   }
-  nlohmann::json out = {{"k", std::move(k)}};
-  if (!points.empty()) out["p"] = points;
-  return out.dump();
+  out.floors = k.dump();
+  for (std::uint64_t x : points) out.points.push_back(std::to_string(x));
+  return out;
 }
 
 }  // namespace akadzed

@@ -90,10 +90,16 @@ inline constexpr std::size_t kMaxRunningFloorKeys = 10000;
 KeyRunningFloor RunningFloorAfter(const SnapshotXids& s, std::vector<std::int64_t> ids);
 // Records `floor` for `key` in `floors`, bounded by kMaxRunningFloorKeys.
 void RecordRunningFloor(RunningFloors& floors, const std::string& key, KeyRunningFloor floor);
-// The running floors of `keys` (all of them when `keys` is null) as the
-// jsonb the counts read (claim/key_locks.h, KeyCountsSql):
-// {"k": {key: {"x": from_xid, "i": [ids]}}, "p": [points of those keys]}.
-std::string RunningFloorsJson(const RunningFloors& floors, const std::vector<std::string>* keys = nullptr);
+// The running floors of `keys` (all of them when `keys` is null; none when
+// `floors` is null) as the counts read them (claim/key_locks.h,
+// KeyCountsSql): `floors`, a jsonb object {key: {"x": from_xid, "i": [ids]}}
+// (flat, so that a count takes out only its key's), and `points`, those
+// floors' points as xid8 text.
+struct RunningFloorArgs {
+  std::string floors = "{}";
+  std::vector<std::string> points;
+};
+RunningFloorArgs RunningFloorsArgs(const RunningFloors* floors, const std::vector<std::string>* keys = nullptr);
 
 struct ClaimFloor {
   // One position per priority level, highest priority first: that level's

@@ -91,13 +91,13 @@ struct ClaimOutcome {
 // $8 locked keys; a speculative claim's keys (ClaimRun::ClaimPlan): $9 the
 // planned keys whose state came from counts without locks, $10 the jobs
 // planned of each, $11 the key whose lock the claim waited for (NULL: none),
-// $12 those keys' running floors (claim_floor.h).
+// $12-$13 those keys' running floors and their points (claim_floor.h).
 // With none ($9 empty) the check holds. When it does not, nothing changes,
 // as with the fence.
 const std::string& ClaimSql() {
   static const std::string sql =
       "WITH fence AS (SELECT " + LeaseFenceSql(4) + " AS held),"
-      " spec AS (" + SpeculativeKeysSql("$9::text[]", "$10::int8[]", "$11::text", "$3::text[]", "$12::jsonb") + "),"
+      " spec AS (" + SpeculativeKeysSql("$9::text[]", "$10::int8[]", "$11::text", "$3::text[]", "$12::jsonb", "$13::xid8[]") + "),"
       // One lookup by id per planned row, through jobs_pkey alone
       // (kReadyByIdSql, and the queue compared as no index condition):
       // with `id = ANY($1) AND queue = $6 AND state = 'queued'` a generic
@@ -506,7 +506,8 @@ class ClaimRun {
     params.add(request_.queue).add_array(request_.exclude_ids).add_array(locked_keys_);
     params.add_array(spec_keys).add_array(spec_counts);
     params.add(round && round->waited_key() ? std::optional<std::string>(*round->waited_key()) : std::nullopt);
-    params.add(unlocked_.running ? RunningFloorsJson(*unlocked_.running, &spec_keys) : std::string("{}"));
+    const RunningFloorArgs spec_floors = RunningFloorsArgs(unlocked_.running, &spec_keys);
+    params.add(spec_floors.floors).add_array(spec_floors.points);
     std::vector<pg::PipelinedStatement> statements;
     if (round) round->AddStatements(statements);
     const pg::Statement dead = DeadEntriesStatement();

@@ -22,23 +22,23 @@ std::string ApplicableLimitsSql(const std::string& keys_sql) {
          "                    ORDER BY l.key = '*' LIMIT 1) l ON true";
 }
 
-std::string KeyCountsSql(const std::string& keys_sql, const std::string& floors_sql) {
+std::string KeyCountsSql(const std::string& keys_sql, const std::string& floors_sql, const std::string& points_sql) {
   // The key's running rows (claim_floor.h, KeyRunningFloor): without a
   // floor, all of them through jobs_running_key_xid_idx; with one, the rows
   // its count found, by id through jobs_pkey (`IS NOT FALSE` implies no
   // partial index's predicate), and the rows made running since, by a
   // range and by points of that index (a lookup per point: lateral, and
   // OFFSET 0 keeps it from being flattened into a join that reads the key's
-  // entries to match them, which a plan did). The floors' jsonb is
-  // read once per statement (an InitPlan), each key's floor once per key;
+  // entries to match them, which a plan did). The floors' jsonb is read once
+  // per statement (an InitPlan) and each key's floor taken out of it once
+  // (OFFSET 0: inlined into each arm, `->` copied the object once per use);
   // each arm's test of fl.has depends on the key's row alone, so the plan
   // runs only the arms that apply.
   const std::string of_key = std::string(" AND limit_key = k.key AND ") + kRunningWithKeySql;
   const std::string running_ids =
       "ARRAY(SELECT id FROM akadze.jobs WHERE NOT fl.has" + of_key +
       " UNION SELECT id FROM akadze.jobs WHERE fl.has" + of_key + " AND running_xid >= fl.from_xid"
-      " UNION SELECT j.id FROM unnest(CASE WHEN fl.has THEN (SELECT ARRAY(SELECT jsonb_array_elements_text((" +
-      floors_sql + ") -> 'p')::xid8)) END) AS p(x)"
+      " UNION SELECT j.id FROM unnest(CASE WHEN fl.has THEN (SELECT " + points_sql + ") END) AS p(x)"
       "   CROSS JOIN LATERAL (SELECT id FROM akadze.jobs WHERE running_xid = p.x" + of_key + " OFFSET 0) j"
       " UNION SELECT id FROM akadze.jobs WHERE id = ANY(fl.pinned)"
       "   AND (state = 'running') IS NOT FALSE AND limit_key = k.key)";
@@ -54,7 +54,7 @@ std::string KeyCountsSql(const std::string& keys_sql, const std::string& floors_
          " FROM (" + ApplicableLimitsSql(keys_sql) + ") k"
          " CROSS JOIN LATERAL (SELECT f IS NOT NULL AS has, (f ->> 'x')::xid8 AS from_xid,"
          "   ARRAY(SELECT jsonb_array_elements_text(f -> 'i')::int8) AS pinned"
-         "   FROM (SELECT (SELECT " + floors_sql + ") -> 'k' -> k.key AS f) x) fl"
+         "   FROM (SELECT (SELECT " + floors_sql + ") -> k.key AS f) x OFFSET 0) fl"
          " CROSS JOIN LATERAL (SELECT CASE WHEN k.max_running IS NULL THEN '{}'::int8[] ELSE " + running_ids +
          " END AS ids) r";
 }
@@ -97,9 +97,10 @@ std::string PurgeStartsSql(const std::string& keys_param) {
   // old or it counts the key as full): an application wrote it, e.g. at
   // 'infinity', where it would count as a start for ever. It is not counted,
   // and purged like an old one.
-  // Only the marks of the last minute before that cutoff go: the older ones
-  // an earlier claim's purge of the key deleted, or pruning deletes (an hour
-  // past the largest window, store/prune.cpp). The deleted ones stay in the
+  // Only the marks of the last 10 seconds before that cutoff go: the older
+  // ones an earlier claim's purge of the key deleted (a key claimed less
+  // often than that keeps them a while), or pruning deletes (an hour past
+  // the largest window, store/prune.cpp). The deleted ones stay in the
   // index as dead entries while a held horizon keeps them, and a purge
   // that read the key's marks from the first would step over every one of
   // them. Each range is an index range of its own; the marks are deleted
@@ -109,7 +110,7 @@ std::string PurgeStartsSql(const std::string& keys_param) {
          "SELECT x.ctid FROM (" + ApplicableLimitsSql("SELECT unnest(" + keys_param + ")") + ") k"
          " CROSS JOIN LATERAL (" + marks +
          "   AND m.started_at >= CASE WHEN k.starts_window IS NULL THEN '-infinity'::timestamptz"
-         "                       ELSE now() - k.starts_window - interval '2 minutes' END"
+         "                       ELSE now() - k.starts_window - interval '70 seconds' END"
          "   AND m.started_at <= CASE WHEN k.starts_window IS NULL THEN 'infinity'::timestamptz"
          "                       ELSE now() - k.starts_window - interval '1 minute' END"
          " UNION ALL " + marks + " AND k.starts_window IS NOT NULL"
@@ -118,8 +119,9 @@ std::string PurgeStartsSql(const std::string& keys_param) {
 
 std::unordered_map<std::string, KeyInfo> CountKeys(pg::Transaction& tx, const std::vector<std::string>& keys,
                                                    RunningFloors* floors) {
-  static const std::string sql = KeyCountsSql("SELECT unnest($1::text[])", "$2::jsonb");
-  pg::Result r = tx.exec(sql, pg::Params().add_array(keys).add(floors ? RunningFloorsJson(*floors, &keys) : "{}"));
+  static const std::string sql = KeyCountsSql("SELECT unnest($1::text[])", "$2::jsonb", "$3::xid8[]");
+  const RunningFloorArgs args = RunningFloorsArgs(floors, &keys);
+  pg::Result r = tx.exec(sql, pg::Params().add_array(keys).add(args.floors).add_array(args.points));
   RecordRunningFloors(r, 0, floors);
   std::unordered_map<std::string, KeyInfo> info;
   for (int i = 0; i < r.rows(); ++i) info[std::string(r.text(i, 0))] = KeyInfoAt(r, i, 0);
@@ -137,7 +139,8 @@ KeyLockRound::KeyLockRound(std::vector<std::string> keys, bool may_wait, Running
   tried_.assign(keys_.begin() + (may_wait_ ? 1 : 0), keys_.end());
   first_.add(keys_.front());
   rest_.add_array(tried_);
-  all_.add_array(keys_).add(floors_ ? RunningFloorsJson(*floors_, &keys_) : "{}");
+  const RunningFloorArgs args = RunningFloorsArgs(floors_, &keys_);
+  all_.add_array(keys_).add(args.floors).add_array(args.points);
 }
 
 int KeyLockRound::statement_count() const { return (may_wait_ ? 1 : 0) + (tried_.empty() ? 0 : 1) + 1; }
@@ -154,7 +157,7 @@ void KeyLockRound::AddStatements(std::vector<pg::PipelinedStatement>& out) const
       " c AS (SELECT set_config('akadzed.claim_keys',"
       "   (SELECT coalesce(json_agg(k) FILTER (WHERE got), '[]')::text FROM t), true))"
       " SELECT t.k, t.got FROM t CROSS JOIN c ORDER BY t.n";
-  static const std::string kCount = KeyCountsSql("SELECT unnest($1::text[])", "$2::jsonb");
+  static const std::string kCount = KeyCountsSql("SELECT unnest($1::text[])", "$2::jsonb", "$3::xid8[]");
   if (may_wait_) out.push_back({kWait, &first_});
   if (!tried_.empty()) out.push_back({kTry, &rest_});
   out.push_back({kCount, &all_});
@@ -206,7 +209,7 @@ std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
 
 std::string SpeculativeKeysSql(const std::string& keys_param, const std::string& counts_param,
                                const std::string& waited_param, const std::string& marks_param,
-                               const std::string& floors_param) {
+                               const std::string& floors_param, const std::string& points_param) {
   // The allowance is StartsAllowed (key_limits.h) in SQL.
   return "SELECT coalesce(bool_and(h.held AND CASE WHEN c.has_row IS NOT TRUE THEN 0"
          "   ELSE GREATEST(LEAST(coalesce(c.max_running - c.running, 9223372036854775807),"
@@ -220,7 +223,7 @@ std::string SpeculativeKeysSql(const std::string& keys_param, const std::string&
          " CROSS JOIN LATERAL (SELECT p.key = " + waited_param + " IS TRUE"
          "   OR p.key IN (SELECT jsonb_array_elements_text(coalesce(nullif("
          "        current_setting('akadzed.claim_keys', true), ''), '[]')::jsonb)) AS held) h"
-         " LEFT JOIN (" + KeyCountsSql("SELECT unnest(" + keys_param + ")", floors_param) + ") c ON c.key = p.key";
+         " LEFT JOIN (" + KeyCountsSql("SELECT unnest(" + keys_param + ")", floors_param, points_param) + ") c ON c.key = p.key";
 }
 
 }  // namespace akadzed

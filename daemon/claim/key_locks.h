@@ -32,9 +32,10 @@ struct KeyInfo {
 // ids of the running jobs counted (int8[]; empty when the key has no
 // running cap and nothing was counted) and the statement's snapshot
 // (kKeyCountColumns of them; KeyInfoAt and RecordRunningFloors read them).
-// `floors_sql`: an SQL expression of type jsonb, the keys' running floors
-// (claim_floor.h, RunningFloorsJson); a key without one is counted whole.
-std::string KeyCountsSql(const std::string& keys_sql, const std::string& floors_sql);
+// `floors_sql` and `points_sql`: SQL expressions of types jsonb and xid8[],
+// the keys' running floors and their points (claim_floor.h,
+// RunningFloorsArgs); a key without a floor is counted whole.
+std::string KeyCountsSql(const std::string& keys_sql, const std::string& floors_sql, const std::string& points_sql);
 inline constexpr int kKeyCountColumns = 8;
 // The KeyInfo of the count in `r`'s row `row`, its columns from `first`
 // (the key itself at `first`).
@@ -106,16 +107,17 @@ std::unordered_map<std::string, KeyInfo> LockAndCountKeys(pg::Transaction& tx,
 // follows the round's locks); `held`: those of the keys that are held
 // (text[]). `marks_param` (text[]): the keys whose starts the claim marks;
 // a key's applicable row must cap starts exactly when it is among them.
-// `floors_param` (jsonb): the keys' running floors (KeyCountsSql).
+// `floors_param` (jsonb) and `points_param` (xid8[]): the keys' running
+// floors (KeyCountsSql).
 // Run in a statement after the KeyLockRound's, in the same
 // transaction.
 std::string SpeculativeKeysSql(const std::string& keys_param, const std::string& counts_param,
                                const std::string& waited_param, const std::string& marks_param,
-                               const std::string& floors_param);
+                               const std::string& floors_param, const std::string& points_param);
 
 // A data-modifying CTE body that deletes the start marks of the keys in
 // `keys_param` (an SQL expression of type text[]) that are outside every
-// window a claim may count and left it within the last minute, or lie past
+// window a claim may count and left it at most 10 seconds before that, or lie past
 // it (see key_locks.cpp); older ones are pruning's. Only for keys this
 // claim holds the lock of.
 std::string PurgeStartsSql(const std::string& keys_param);

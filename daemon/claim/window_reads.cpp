@@ -91,10 +91,11 @@ std::string WithUnlockedCounts(Statement& st, const std::string& window_sql, con
     for (const auto& [key, info] : *counts.known) known_keys.push_back(key);
   }
   const std::string known = st.bind_set(known_keys);
+  const RunningFloorArgs floors = RunningFloorsArgs(counts.running);
   return "WITH w AS MATERIALIZED (" + window_sql + "), c AS (" +
          KeyCountsSql("SELECT DISTINCT limit_key FROM w WHERE limit_key IS NOT NULL AND limit_key <> ALL(" +
                           known + "::text[])",
-                      st.bind(counts.running ? RunningFloorsJson(*counts.running) : std::string("{}")) + "::jsonb") +
+                      st.bind(floors.floors) + "::jsonb", st.bind_array(floors.points) + "::xid8[]") +
          ") SELECT w.*, c.* FROM w LEFT JOIN c ON c.key = w.limit_key ORDER BY " + order_by;
 }
 
