@@ -52,10 +52,12 @@ inline constexpr const char* kRunningWithKeySql = "(state = 'running') IS TRUE A
 // table (the finish) or merged the whole of jobs_pkey (the claiming
 // UPDATE), and kept doing so as the table grew, as fast as a held MVCC
 // horizon makes it grow (12-43 ms a statement after 40 s at 1,000 jobs/s).
-// As the expressions of one SELECT.
+// JIT is off too: a plan that keeps a disabled node (a sort no index
+// avoids) costs over 10^10, past jit_above_cost, and compiling took 440 ms
+// of a sweep that read 2 buffers. As the expressions of one SELECT.
 inline constexpr const char* kIndexLookupPlansSql =
     "set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),"
-    " set_config('enable_mergejoin', 'off', true)";
+    " set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)";
 
 // The `errors` column of akadze.jobs is a jsonb array of {error, message}
 // entries, the last 10 kept.

@@ -23,7 +23,15 @@ namespace {
 // Expired entry is also written by akadze.enqueue when it ends a dead holder
 // of a unique_key (migrations/006_enqueue.sql): change both together. Each CTE
 // reads its partial index in order; a job both cancel-requested and expired
-// is in both and updated once.
+// is in both and updated once. The UPDATE finds its rows by id through
+// jobs_pkey: `IS NOT FALSE` (the same rows, state being NOT NULL) implies no
+// partial index's predicate. Spelled `state = 'queued'`, a plan read every
+// entry of jobs_claim_key_idx to join them, and under a held horizon those
+// are every job that was queued since: 168,000 buffers a sweep after 3
+// minutes at 1,000 jobs/s (docs/claim.md, "Floors"). The plan settings
+// (kSweepPlansSql, not with hooks) keep the expired CTE on
+// jobs_queued_expires_idx, the one index in its order: costed on live rows,
+// a scan of a claim index and a sort looked as cheap.
 const std::string& SweepSql() {
   static const std::string sql = fmt::format(
       "WITH cancel AS ("
@@ -39,7 +47,7 @@ const std::string& SweepSql() {
       "  UPDATE akadze.jobs AS j SET state = 'cancelled', finished_at = now(),"
       "   errors = CASE WHEN j.cancel_requested_at IS NULL THEN {} ELSE j.errors END"
       "  FROM (SELECT id FROM cancel UNION SELECT id FROM expired) AS d"
-      "  WHERE j.id = d.id AND j.state = 'queued'"
+      "  WHERE j.id = d.id AND (j.state = 'queued') IS NOT FALSE"
       "  RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested,"
       "   j.meta ->> 'traceparent' AS traceparent)"
       " SELECT id, cancel_requested, traceparent FROM swept ORDER BY id",
@@ -47,6 +55,21 @@ const std::string& SweepSql() {
                      "'expires_at ' || " + IsoTimestampSql("j.expires_at") +
                          " || ' passed before the job ran'"));
   return sql;
+}
+
+// Index lookups and no sort, local to the sweep's transaction.
+const std::string kSweepPlansSql =
+    std::string("SELECT ") + kIndexLookupPlansSql + ", set_config('enable_sort', 'off', true)";
+
+// The sweep with its plan settings, pipelined with it in a transaction of
+// its own (one round trip). In the hooks' transaction (`hooked`) it plans
+// as the server says, as a hooked claim does: the settings would reach the
+// hooks' own statements.
+pg::Result RunSweep(pg::Connection& conn, bool hooked, const pg::Params& params) {
+  if (hooked) return conn.exec(SweepSql(), params);
+  pg::Transaction tx(conn, "BEGIN", pg::Transaction::Begin::kWithFirstStatement);
+  const pg::PipelinedStatement statements[] = {{kSweepPlansSql}, {SweepSql(), &params, true}};
+  return std::move(tx.end_after(statements, true).back());
 }
 
 std::vector<SweptJob> ToSwept(const pg::Result& rows) {
@@ -65,6 +88,7 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
                                       const TransitionListener* hooks,
                                       const std::vector<std::int64_t>& exclude, SweepSkips* skips) {
   std::vector<std::int64_t> refused;  // by a hook, in this call
+  const bool hooked = hooks != nullptr && hooks->AnyFrom(JobState::kQueued);  // RunWithHooks opens a transaction
   // One batch (or one job: `only`), with its hooks in its transaction; a
   // job a hook refuses is left out and the batch tried again without it.
   auto sweep = [&](const std::optional<std::int64_t>& only) {
@@ -78,7 +102,7 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
       } else {
         params.add(std::optional<std::string>());
       }
-      return conn.exec(SweepSql(), params);
+      return RunSweep(conn, hooked, params);
     }));
   };
   std::vector<SweptJob> swept;
