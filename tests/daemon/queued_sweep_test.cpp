@@ -8,7 +8,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "pg/connection.h"
 #include "pg/transaction.h"
 #include "store/queued_sweep.h"
+#include "support/index_stats.h"
 #include "support/test_cluster.h"
 
 namespace akadzed {
@@ -31,14 +31,6 @@ std::string Field(pg::Connection& conn, std::int64_t id, const std::string& expr
   pg::Result r = conn.exec("SELECT (" + expr + ")::text FROM akadze.jobs WHERE id = $1",
                            pg::Params().add(id));
   return r.is_null(0, 0) ? "NULL" : std::string(r.text(0, 0));
-}
-
-// Index tuples read from `index` so far, as the server's cumulative
-// statistics have it (a backend reports its counts when idle, at most once
-// a second).
-std::int64_t TuplesRead(pg::Connection& conn, const std::string& index) {
-  return conn.exec("SELECT pg_stat_clear_snapshot(), pg_stat_get_tuples_returned($1::regclass)",
-                   pg::Params().add(index)).int64(0, 1);
 }
 
 std::vector<std::int64_t> Ids(const std::vector<SweptJob>& swept) {
@@ -209,23 +201,21 @@ TEST_CASE("sweep: under a held horizon it reads no entry of the claim indexes", 
             " (SELECT id FROM akadze.jobs WHERE (state = 'queued') IS NOT FALSE)");
   const std::int64_t cancel = Insert(conn, "task, queue, cancel_requested_at", "'c', 'q', now()");
   const std::int64_t expired = Insert(conn, "task, queue, limit_key, expires_at", "'e', 'q', 'k', now() - interval '1 s'");
-  // The counts before, once every earlier statement's are in.
+  // The counts before. No earlier statement read these indexes.
   const std::vector<std::string> claim_indexes = {"akadze.jobs_claim_idx", "akadze.jobs_claim_key_idx"};
-  const std::int64_t expires_before = TuplesRead(stats, "akadze.jobs_queued_expires_idx");
+  const std::int64_t expires_before = test::IndexTuplesRead(stats, "akadze.jobs_queued_expires_idx");
   std::int64_t claim_before = 0;
-  for (const std::string& index : claim_indexes) claim_before += TuplesRead(stats, index);
+  for (const std::string& index : claim_indexes) claim_before += test::IndexTuplesRead(stats, index);
 
   std::vector<SweptJob> swept = SweepQueuedJobs(conn, 100);
   CHECK(Ids(swept) == std::vector<std::int64_t>{cancel, expired});
-  // The sweep's counts arrive together, once its backend reports: awaited
-  // by the expired job's entry, which only the sweep reads.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (TuplesRead(stats, "akadze.jobs_queued_expires_idx") == expires_before) {
-    conn.exec("SELECT 1");  // idle again: the backend reports what is pending
-    if (std::chrono::steady_clock::now() > deadline) FAIL("the sweep's index statistics never arrived");
-  }
+  // The sweep's counts arrive together: awaited by the expired job's entry,
+  // which only the sweep reads.
+  test::AwaitStatistics(conn, [&] {
+    return test::IndexTuplesRead(stats, "akadze.jobs_queued_expires_idx") > expires_before;
+  });
   std::int64_t claim_after = 0;
-  for (const std::string& index : claim_indexes) claim_after += TuplesRead(stats, index);
+  for (const std::string& index : claim_indexes) claim_after += test::IndexTuplesRead(stats, index);
   CHECK(claim_after - claim_before == 0);
   held.rollback();
 }
