@@ -72,17 +72,45 @@ class RenamableDb {
   std::string name_;
 };
 
-TEST_CASE("a pruner round deletes old rows; a failed round backs off and its outage is measured on the "
-          "clock", "[kit][direct]") {
+// What every round test starts from: a fresh database the test can take
+// away, the log the rounds write, and the clock the test moves.
+struct Rounds {
   RenamableDb db;
   LogCapture logs;
+  test::ManualClock clock;
+};
+
+// And a lease keeper on it (a heartbeat a second, heartbeat_ttl 10 s, a
+// lease of kSpanUs), with the running jobs it watches.
+struct LeaseRounds : Rounds {
+  static constexpr std::int64_t kSpanUs = 6'000'000;
+  static WorkerConfig Timings() {
+    WorkerConfig timings;
+    timings.heartbeat_interval_us = 1'000'000;
+    timings.heartbeat_ttl_us = 10'000'000;
+    return timings;
+  }
+  RunningJobs running;
+  WorkerConfig timings = Timings();
+  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
+  LeaseKeeper keeper{db.conninfo(), me, timings, kSpanUs, milliseconds(5000), running, nullptr, clock};
+};
+
+// Or the lease keeper's connection alone, open as the keeper's first
+// registration leaves it.
+struct LeaseSessionRounds : Rounds {
+  LeaseSessionRounds() { session.Run([](pg::Connection&) {}); }
+  SharedDbSession session{db.conninfo(), "akadzed lease", milliseconds(5000)};
+};
+
+TEST_CASE_METHOD(Rounds, "a pruner round deletes old rows; a failed round backs off and its outage is measured "
+                 "on the clock", "[kit][direct]") {
   {
     pg::Connection c = db.Connect();
     c.exec("INSERT INTO akadze.jobs (task, state, finished_at) SELECT 't', 'succeeded',"
            " now() - interval '2 days' FROM generate_series(1, 5)");
     c.exec("INSERT INTO akadze.jobs (task, state, finished_at) VALUES ('t', 'succeeded', now())");
   }
-  test::ManualClock clock;
   PruningConfig config;
   config.retention_us = 24LL * 3600 * 1'000'000;
   config.interval_us = 60'000'000;
@@ -110,19 +138,8 @@ TEST_CASE("a pruner round deletes old rows; a failed round backs off and its out
   CHECK(Has(logs.Take(), "info prune_recovered failures=2 outage_ms=45000"));
 }
 
-TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at its span, stops the "
-          "jobs, and the next round registers a new id", "[kit][lease][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  RunningJobs running;
-  WorkerConfig timings;
-  timings.heartbeat_interval_us = 1'000'000;
-  timings.heartbeat_ttl_us = 10'000'000;
-  const std::int64_t span_us = 6'000'000;
-  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
-  LeaseKeeper keeper(db.conninfo(), me, timings, span_us, milliseconds(5000), running, nullptr, clock);
-
+TEST_CASE_METHOD(LeaseRounds, "lease keeper rounds on a hand-moved clock: the lease ends exactly at its span, "
+                 "stops the jobs, and the next round registers a new id", "[kit][lease][direct]") {
   keeper.Register();
   CHECK(keeper.held());
   CHECK(keeper.worker_id() == me.id);
@@ -139,7 +156,7 @@ TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at 
   clock.Advance(seconds(5));
   keeper.RunRound();
   CHECK(keeper.last_round() == clock.Now());
-  clock.Advance(microseconds(span_us) - microseconds(1));
+  clock.Advance(microseconds(kSpanUs) - microseconds(1));
   CHECK_FALSE(keeper.ExpireLeaseIfDue());  // one microsecond left
   CHECK(keeper.held());
   CHECK_FALSE(stop.requested());
@@ -171,7 +188,7 @@ TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at 
   clock.Advance(seconds(1));
   keeper.RunRound();
   CHECK(Has(logs.Take(), "debug heartbeat_failed | "));
-  clock.Advance(microseconds(span_us));
+  clock.Advance(microseconds(kSpanUs));
   CHECK(keeper.ExpireLeaseIfDue());
   db.GiveBack();
   clock.Advance(seconds(2));
@@ -202,17 +219,8 @@ std::string StateOf(const RenamableDb& db, std::int64_t id) {
           .text(0, 0));
 }
 
-TEST_CASE("a rescue round requeues a dead worker's job, never while the heartbeat fails, and holds off "
-          "for heartbeat_ttl after an outage", "[kit][lease][rescue][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  RunningJobs running;
-  WorkerConfig timings;
-  timings.heartbeat_interval_us = 1'000'000;
-  timings.heartbeat_ttl_us = 10'000'000;
-  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
-  LeaseKeeper keeper(db.conninfo(), me, timings, 6'000'000, milliseconds(5000), running, nullptr, clock);
+TEST_CASE_METHOD(LeaseRounds, "a rescue round requeues a dead worker's job, never while the heartbeat fails, "
+                 "and holds off for heartbeat_ttl after an outage", "[kit][lease][rescue][direct]") {
   JobRescuer rescuer(keeper.session(), keeper, timings, nullptr, clock);
   keeper.Register();
   // A job of this (live) worker is never rescued.
@@ -277,13 +285,8 @@ TEST_CASE("a rescue round requeues a dead worker's job, never while the heartbea
   CHECK(StateOf(db, third) == "queued attempt=1");
 }
 
-TEST_CASE("a sweep round ends cancel-requested and expired queued jobs; its outage is logged once",
-          "[kit][lease][sweep][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  SharedDbSession session(db.conninfo(), "akadzed lease", milliseconds(5000));
-  session.Run([](pg::Connection&) {});  // opened by the lease keeper, which registers first
+TEST_CASE_METHOD(LeaseSessionRounds, "a sweep round ends cancel-requested and expired queued jobs; its outage is "
+                 "logged once", "[kit][lease][sweep][direct]") {
   QueuedSweeper sweeper(session, seconds(1), nullptr, nullptr, clock);
   auto insert = [&](const std::string& columns, const std::string& values) {
     return db.Connect()
@@ -320,18 +323,8 @@ TEST_CASE("a sweep round ends cancel-requested and expired queued jobs; its outa
   CHECK(sweeper.last_round() == clock.Now());
 }
 
-TEST_CASE("a progress round writes what running jobs reported into their meta, once, and nothing "
-          "while the lease is lost", "[kit][lease][progress][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  RunningJobs running;
-  WorkerConfig timings;
-  timings.heartbeat_interval_us = 1'000'000;
-  timings.heartbeat_ttl_us = 10'000'000;
-  const std::int64_t span_us = 6'000'000;
-  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
-  LeaseKeeper keeper(db.conninfo(), me, timings, span_us, milliseconds(5000), running, nullptr, clock);
+TEST_CASE_METHOD(LeaseRounds, "a progress round writes what running jobs reported into their meta, once, and "
+                 "nothing while the lease is lost", "[kit][lease][progress][direct]") {
   ProgressWriter writer(keeper.session(), keeper, running, seconds(1), clock);
   keeper.Register();
   const std::int64_t job = db.Connect()
@@ -357,7 +350,7 @@ TEST_CASE("a progress round writes what running jobs reported into their meta, o
 
   // The lease ran out: the old id's jobs are being stopped; nothing is written.
   REQUIRE(progress.Report({0.5, std::nullopt}).empty());
-  clock.Advance(microseconds(span_us));
+  clock.Advance(microseconds(kSpanUs));
   REQUIRE(keeper.ExpireLeaseIfDue());
   writer.RunRound();
   CHECK(meta() == R"({"rows": 10, "progress": 0.25})");
@@ -365,13 +358,8 @@ TEST_CASE("a progress round writes what running jobs reported into their meta, o
   CHECK_FALSE(Has(logs.Take(), "progress_failed"));
 }
 
-TEST_CASE("a finish-count round adds the finisher's counts to queue_minutes, and puts them back when "
-          "the database is away", "[kit][lease][status][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  SharedDbSession session(db.conninfo(), "akadzed lease", milliseconds(5000));
-  session.Run([](pg::Connection&) {});  // opened by the lease keeper, which registers first
+TEST_CASE_METHOD(LeaseSessionRounds, "a finish-count round adds the finisher's counts to queue_minutes, and puts "
+                 "them back when the database is away", "[kit][lease][status][direct]") {
   FinishTally tally;
   FinishCountWriter writer(session, tally, seconds(1), clock);
   auto counted = [&] {
@@ -428,12 +416,9 @@ std::string StateOf(pg::Connection& c, std::int64_t id) {
   return std::string(c.exec("SELECT state FROM akadze.jobs WHERE id = $1", pg::Params().add(id)).text(0, 0));
 }
 
-TEST_CASE("finisher rounds on a hand-moved clock: a batch waits out its delay from its first finish, a "
-          "failed write retries after the backoff, and past the stop's deadline the rest is given up",
-          "[kit][finish][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
+TEST_CASE_METHOD(Rounds, "finisher rounds on a hand-moved clock: a batch waits out its delay from its first "
+                 "finish, a failed write retries after the backoff, and past the stop's deadline the rest is "
+                 "given up", "[kit][finish][direct]") {
   MetricsRegistry registry;
   WorkerMetrics metrics(registry, {"default"});
   FinisherOptions options;
@@ -515,12 +500,9 @@ class QuickHandler final : public JobHandler {
   const char* kind() const override { return "test"; }
 };
 
-TEST_CASE("claim rounds on a hand-moved clock: a round claims up to the free slots and hands the jobs to "
-          "the executor pool, the next is due within the poll interval, a failed one backs off",
-          "[kit][claim][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
+TEST_CASE_METHOD(Rounds, "claim rounds on a hand-moved clock: a round claims up to the free slots and hands "
+                 "the jobs to the executor pool, the next is due within the poll interval, a failed one backs "
+                 "off", "[kit][claim][direct]") {
   MetricsRegistry registry;
   WorkerMetrics metrics(registry, {"default"});
   RunningJobs running;
