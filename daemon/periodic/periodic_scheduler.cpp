@@ -97,7 +97,7 @@ PeriodicScheduler::PeriodicScheduler(std::string conninfo, std::chrono::millisec
       entries_(std::move(entries)),
       handled_(entries_.size(), std::numeric_limits<std::int64_t>::min()),
       reported_overlap_(entries_.size(), std::numeric_limits<std::int64_t>::min()),
-      guard_(clock, RetryBackoff(std::chrono::seconds(1), std::chrono::seconds(1))),
+      guard_(clock, LoopBackoff(std::chrono::seconds(1), std::chrono::seconds(1))),
       loop_(clock) {}
 
 PeriodicScheduler::~PeriodicScheduler() { Stop(); }

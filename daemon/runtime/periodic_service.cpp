@@ -24,7 +24,7 @@ PeriodicService::Duty Checked(PeriodicService::Duty duty) {
 
 PeriodicService::PeriodicService(Duty duty, const ServiceClock& clock)
     : duty_(Checked(std::move(duty))),
-      guard_(clock, RetryBackoff(duty_.interval, duty_.interval)),
+      guard_(clock, LoopBackoff(duty_.interval, duty_.interval)),
       loop_(clock) {}
 
 PeriodicService::~PeriodicService() { Stop(); }

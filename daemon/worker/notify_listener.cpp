@@ -22,7 +22,7 @@ NotifyListener::NotifyListener(std::string conninfo, std::function<void(const st
     : conninfo_(std::move(conninfo)),
       wake_(std::move(wake)),
       loop_(clock),
-      guard_(clock, RetryBackoff(std::chrono::milliseconds(500), std::chrono::seconds(30))) {}
+      guard_(clock, LoopBackoff(std::chrono::milliseconds(500), std::chrono::seconds(30))) {}
 
 NotifyListener::~NotifyListener() { Stop(); }
 

@@ -31,7 +31,7 @@ QueueRunner::QueueRunner(QueueConfig queue, const WorkerConfig& timings, const s
       metrics_(metrics),
       hooks_(hooks),
       guard_(clock,
-             RetryBackoff(std::chrono::microseconds(timings.poll_interval_us),
+             LoopBackoff(std::chrono::microseconds(timings.poll_interval_us),
                           std::max<std::chrono::microseconds>(std::chrono::microseconds(timings.poll_interval_us),
                                                               std::chrono::seconds(30)))),
       claim_loop_(clock),

@@ -30,7 +30,7 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 RoundGuard Guard(const ServiceClock& clock) {
-  return RoundGuard(clock, RetryBackoff(milliseconds(100), milliseconds(400)));
+  return RoundGuard(clock, LoopBackoff(milliseconds(100), milliseconds(400)));
 }
 
 TEST_CASE("RoundGuard sorts failures and logs an outage once", "[kit]") {
