@@ -27,7 +27,7 @@
 #include "core/redact.h"
 #include "core/thread_annotations.h"
 #include "handlers/outcome_report.h"
-#include "plugin/loaded_plugin.h"
+#include "plugin_loader/loaded_plugin.h"
 #include "runtime/service_loop.h"
 #include "runtime/log_line.h"
 

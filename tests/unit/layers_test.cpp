@@ -6,9 +6,9 @@
 // sources' `#include "room/file.h"` lines, as logging_test.cpp reads log
 // calls; it is a unit test, so it runs in every CI step that runs
 // unit_tests. A second check reads the sources' string literals: SQL on
-// akadze.* is written in the job store (store/), the claim (claim/) and the
-// migrations runner (schema/) only. A third reads their code for the
-// service kit's rules: every mutex is the annotated Mutex of
+// akadze.* is written in the job store (store/), the claim (claim/), the
+// migrations runner (schema/) and the sample rows (sample_rows/) only. A
+// third reads their code for the service kit's rules: every mutex is the annotated Mutex of
 // core/thread_annotations.h (clang checks what it guards), and no thread
 // sleeps where it could wait on a condition.
 #include <catch2/catch.hpp>
@@ -34,25 +34,28 @@ namespace fs = std::filesystem;
 const std::map<std::string, int>& Floors() {
   static const std::map<std::string, int> floors = {
       // Values and rules that need nothing: durations, redaction, job states,
-      // the claimed job, configuration errors; the plugin ABI header.
+      // the claimed job, configuration errors; the plugin ABI header (the
+      // example plugin, written against it alone, is examples/plugins/).
       {"core", 0},
       {"include", 0},
-      {"plugins", 0},  // the example plugin: the ABI only
       // libpq: connections, typed errors, transactions, parameters.
       {"pg", 1},
       // Runtime support for every loop: logging, database sessions, outage
       // log, backoff, loop health, systemd notify. The schema, the embedded
-      // throwaway PostgreSQL. The job store: all SQL on akadze.* but the
-      // claim's and the migrations', with the one job row reader.
+      // throwaway PostgreSQL. The job store: all SQL on akadze.* the daemon
+      // runs but the claim's and the migrations', with the one job row
+      // reader. The sample rows of the demos and the priority lesson (SQL
+      // the daemon's own work never runs).
       {"runtime", 2},
       {"schema", 2},
       {"embedded", 2},
       {"store", 2},
+      {"sample_rows", 2},
       // The claim (planner, window reads, key locks, the transaction; it
       // reads job rows through the store); the plugin loader and file trust;
       // periodic schedules and their scheduler.
       {"claim", 3},
-      {"plugin", 3},
+      {"plugin_loader", 3},
       {"periodic", 3},
       // The priority lesson (runs claims), handlers, transition hooks,
       // metrics.
@@ -182,10 +185,11 @@ TEST_CASE("no room of daemon/ includes a room on its own floor or above", "[laye
   CheckNone(LayerViolations(daemon));
 }
 
-// The rooms whose files may hold SQL on akadze.*: the job store, the claim
-// and the migrations runner (docs/architecture.md, "Rooms and layers").
+// The rooms whose files may hold SQL on akadze.*: the job store, the claim,
+// the migrations runner and the demos' and the lesson's sample rows
+// (docs/architecture.md, "Rooms and layers").
 const std::set<std::string>& SqlRooms() {
-  static const std::set<std::string> rooms = {"store", "claim", "schema"};
+  static const std::set<std::string> rooms = {"store", "claim", "schema", "sample_rows"};
   return rooms;
 }
 
@@ -346,8 +350,8 @@ TEST_CASE("the claim planner stays pure: no libpq, clock or config", "[layers]")
 // Every use, outside comments, of a lock clang's analysis cannot see (the
 // standard library's mutexes, locks and conditions, which only
 // core/thread_annotations.h wraps) or of a polling sleep (the kit's
-// ServiceLoop::Sleep and Wait end on the stop; the example plugin's job
-// sleeps on purpose) in the sources under `daemon`.
+// ServiceLoop::Sleep and Wait end on the stop; the example plugin, whose job
+// sleeps on purpose, is not under daemon/) in the sources under `daemon`.
 std::vector<Violation> KitRuleViolations(const fs::path& daemon) {
   static const std::regex unannotated(
       R"re(\bstd::(mutex|recursive_mutex|timed_mutex|shared_mutex|shared_timed_mutex|lock_guard|)re"
@@ -356,7 +360,6 @@ std::vector<Violation> KitRuleViolations(const fs::path& daemon) {
   std::vector<Violation> violations;
   for (const fs::path& relative : Sources(daemon)) {
     const bool wrapper = relative == fs::path("core/thread_annotations.h");
-    const bool plugin = RoomOf(relative) == "plugins";
     std::ifstream in(daemon / relative);
     std::string line;
     while (std::getline(in, line)) {
@@ -366,7 +369,7 @@ std::vector<Violation> KitRuleViolations(const fs::path& daemon) {
         violations.push_back({relative.string(), m[0].str(),
                               "use Mutex, MutexLock or CondVar (core/thread_annotations.h)"});
       }
-      if (!plugin && std::regex_search(code, m, sleep)) {
+      if (std::regex_search(code, m, sleep)) {
         violations.push_back({relative.string(), m[0].str(),
                               "wait on a condition (ServiceLoop's Wait or Sleep) instead"});
       }
@@ -380,17 +383,18 @@ TEST_CASE("the kit rules checker finds unannotated locks and sleeps, not comment
   ScratchTree tree;
   tree.Write("core/thread_annotations.h", "  std::mutex mu_;\n  std::condition_variable cv_;\n");
   tree.Write("worker/a.cpp", "// std::mutex in a comment; sleep_for(1ms) too\nMutex mu_;\n");
-  tree.Write("plugins/p.c", "nanosleep(&ts, NULL);\n");
   REQUIRE(KitRuleViolations(tree.root()).empty());
 
   tree.Write("runtime/b.cpp", "  std::mutex mu;\n  std::lock_guard lock(mu);\n");
   tree.Write("metrics/c.cpp", "    std::this_thread::sleep_for(std::chrono::milliseconds(1));\n");
+  tree.Write("handlers/p.c", "nanosleep(&ts, NULL);\n");
   std::set<std::string> found;
   for (const Violation& v : KitRuleViolations(tree.root())) found.insert(v.file + ": " + v.include);
   CHECK(found == std::set<std::string>{
                      "runtime/b.cpp: std::mutex",
                      "runtime/b.cpp: std::lock_guard",
                      "metrics/c.cpp: sleep_for(",
+                     "handlers/p.c: nanosleep(",
                  });
 }
 
