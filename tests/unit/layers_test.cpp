@@ -2,7 +2,7 @@
 // every room has a floor, and a file may include a header of another room
 // only when that room is on a lower floor. So no two rooms include each
 // other, directly or through others, and a new room must be given a floor
-// here before it compiles into the daemon unnoticed. The check reads the
+// in daemon/rooms.txt before it compiles into the daemon unnoticed. The check reads the
 // sources' `#include "room/file.h"` lines, as logging_test.cpp reads log
 // calls; it is a unit test, so it runs in every CI step that runs
 // unit_tests. A second check reads the sources' string literals: SQL on
@@ -22,6 +22,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,50 +31,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The floors, bottom up. The same table is drawn in docs/architecture.md.
+// daemon/ of this source tree.
+fs::path DaemonDir() { return fs::path(__FILE__).parent_path().parent_path().parent_path() / "daemon"; }
+
+// The floors, from daemon/rooms.txt ("<floor> <room> <what it holds>" a
+// line, '#' comments): the file scripts/room-table draws
+// docs/architecture.md's room table from.
 const std::map<std::string, int>& Floors() {
-  static const std::map<std::string, int> floors = {
-      // Values and rules that need nothing: durations, redaction, job states,
-      // the claimed job, configuration errors; the plugin ABI header (the
-      // example plugin, written against it alone, is examples/plugins/).
-      {"core", 0},
-      {"include", 0},
-      // libpq: connections, typed errors, transactions, parameters.
-      {"pg", 1},
-      // Runtime support for every loop: logging, database sessions, outage
-      // log, backoff, loop health, systemd notify. The schema, the embedded
-      // throwaway PostgreSQL. The job store: all SQL on akadze.* the daemon
-      // runs but the claim's and the migrations', with the one job row
-      // reader. The sample rows of the demos and the priority lesson (SQL
-      // the daemon's own work never runs).
-      {"runtime", 2},
-      {"schema", 2},
-      {"embedded", 2},
-      {"store", 2},
-      {"sample_rows", 2},
-      // The claim (planner, window reads, key locks, the transaction; it
-      // reads job rows through the store); the plugin loader and file trust;
-      // periodic schedules and their scheduler.
-      {"claim", 3},
-      {"plugin_loader", 3},
-      {"periodic", 3},
-      // The priority lesson (runs claims), handlers, transition hooks,
-      // metrics.
-      {"lesson", 4},
-      {"handlers", 4},
-      {"hooks", 4},
-      {"metrics", 4},
-      // The status page and its JSON (the store's reads, served on the
-      // metrics listener through core/http_exchange.h).
-      {"web", 4},
-      // The YAML file, parsed into the options structs of the rooms below.
-      {"config", 5},
-      // The daemon's threads and its lifecycle: the one place besides the
-      // CLI that wires rooms together.
-      {"worker", 6},
-      {"cli", 7},
-      {"main.cpp", 8},
-  };
+  static const std::map<std::string, int> floors = [] {
+    std::map<std::string, int> read;
+    std::ifstream in(DaemonDir() / "rooms.txt");
+    std::string line;
+    while (std::getline(in, line)) {
+      const std::size_t first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] == '#') continue;
+      std::istringstream words(line);
+      int floor = 0;
+      std::string room;
+      if (words >> floor >> room) read[room] = floor;
+    }
+    return read;
+  }();
   return floors;
 }
 
@@ -82,9 +60,6 @@ struct Violation {
   std::string include;
   std::string why;
 };
-
-// daemon/ of this source tree.
-fs::path DaemonDir() { return fs::path(__FILE__).parent_path().parent_path().parent_path() / "daemon"; }
 
 // The room of a path relative to daemon/: its first component.
 std::string RoomOf(const fs::path& relative) { return relative.begin()->string(); }
@@ -182,6 +157,10 @@ TEST_CASE("the checker finds an include of a room above, of a room on the same f
 TEST_CASE("no room of daemon/ includes a room on its own floor or above", "[layers]") {
   const fs::path daemon = DaemonDir();
   REQUIRE(fs::is_directory(daemon / "claim"));
+  // daemon/rooms.txt was read: the bottom and the top of the house.
+  REQUIRE(Floors().count("core") == 1);
+  CHECK(Floors().at("core") == 0);
+  CHECK(Floors().at("main.cpp") == 8);
   CheckNone(LayerViolations(daemon));
 }
 
