@@ -115,14 +115,14 @@ void PeriodicScheduler::Stop() { loop_.Stop(); }
 
 void PeriodicScheduler::Loop() {
   for (;;) {
-    const auto wake = Tick();
+    const auto wake = Round();
     loop_.MarkRound();
     MutexLock lock(loop_.mu());
     if (loop_.WaitUntil(lock, wake, [] { return false; })) return;
   }
 }
 
-ServiceClock::time_point PeriodicScheduler::Tick() {
+ServiceClock::time_point PeriodicScheduler::Round() {
   using std::chrono::microseconds;
   const auto started = loop_.clock().Now();
   // Wake at least once a second: overlapped fires are retried and the clock

@@ -1,6 +1,7 @@
 // The pruner's, the lease keeper's and the lease's services' (the rescue,
-// the queued sweep, progress, finish counts), the finisher's and a queue's
-// claim rounds driven one by one on the test's thread, against a real
+// the queued sweep, progress, finish counts), the finisher's, a queue's
+// claim, the notify listener's, the database gauges' and the periodic
+// scheduler's rounds driven one by one on the test's thread, against a real
 // PostgreSQL, with a clock the test moves by hand (support/manual_clock.h):
 // no loop thread of theirs is started and nothing sleeps (a claim round's
 // jobs run on the executor pool's threads; the test awaits their outcomes).
@@ -19,8 +20,11 @@
 
 #include "claim/claim_transaction.h"
 #include "handlers/job_progress.h"
+#include "metrics/db_gauges.h"
+#include "metrics/exposition_writer.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/worker_metrics.h"
+#include "periodic/periodic_scheduler.h"
 #include "pg/connection.h"
 #include "support/daemon_process.h"
 #include "support/log_capture.h"
@@ -32,6 +36,7 @@
 #include "worker/handler_registry.h"
 #include "worker/job_rescuer.h"
 #include "worker/lease_keeper.h"
+#include "worker/notify_listener.h"
 #include "worker/progress_writer.h"
 #include "worker/pruner.h"
 #include "worker/queue_runner.h"
@@ -583,6 +588,114 @@ TEST_CASE_METHOD(Rounds, "claim rounds on a hand-moved clock: a round claims up 
   CHECK(round.kind == ClaimRoundResult::Kind::kClaimed);
   CHECK(round.jobs == 0);
   CHECK(Has(logs.Take(), "info claim_recovered queue=default failures=2 outage_ms=3000"));
+}
+
+TEST_CASE_METHOD(Rounds, "notify listener rounds: LISTEN wakes every queue once, a notification wakes its "
+                 "queue, a broken connection is an outage logged once, and a later round listens again",
+                 "[kit][listen][direct]") {
+  std::vector<std::string> woken;
+  NotifyListener listener(db.conninfo(), [&](const std::string& queue) { woken.push_back(queue); }, clock);
+  ListenRound round = listener.Round(0);
+  CHECK(round.kind == ListenRound::Kind::kListening);
+  CHECK(woken == std::vector<std::string>{""});  // anything enqueued before: every queue
+  CHECK(Has(logs.Take(), "info listen channel=akadze_jobs"));
+
+  db.Connect().exec("NOTIFY akadze_jobs, 'reports'");
+  int notifications = 0;  // each round returns once the socket has something
+  for (int i = 0; i < 10 && notifications == 0; ++i) notifications += listener.Round(10'000).notifications;
+  CHECK(notifications == 1);
+  CHECK(woken == std::vector<std::string>{"", "reports"});
+  CHECK(listener.Round(0).notifications == 0);  // nothing more, no wait
+
+  // The server ends the session: the next rounds read the end of the
+  // connection (the server's last words first, maybe).
+  db.TakeAway();
+  for (int i = 0; i < 10 && round.kind != ListenRound::Kind::kFailed; ++i) round = listener.Round(10'000);
+  REQUIRE(round.kind == ListenRound::Kind::kFailed);
+  CHECK(round.retry_in >= milliseconds(250));  // 500 ms, jittered
+  CHECK(round.retry_in <= milliseconds(750));
+  CHECK(Has(logs.Take(), "warning listen_failed | "));
+  round = listener.Round(0);  // cannot connect
+  CHECK(round.kind == ListenRound::Kind::kFailed);
+  CHECK(round.retry_in >= milliseconds(500));  // doubled
+  CHECK(Has(logs.Take(), "debug listen_failed | "));  // the outage is logged once
+  db.GiveBack();
+  clock.Advance(seconds(3));
+  round = listener.Round(0);
+  CHECK(round.kind == ListenRound::Kind::kListening);
+  CHECK(Has(logs.Take(), "info listen_recovered channel=akadze_jobs failures=2 outage_ms=3000"));
+  CHECK(woken == std::vector<std::string>{"", "reports", ""});  // what came meanwhile: every queue
+}
+
+TEST_CASE_METHOD(Rounds, "database gauge rounds: a read serves scrapes while younger than max_age by the "
+                 "clock; reads that start or stop failing are logged once", "[kit][metrics][direct]") {
+  db.Connect().exec("INSERT INTO akadze.jobs (task, queue) SELECT 't', 'default' FROM generate_series(1, 3)");
+  DbGauges gauges(db.conninfo(), {"default", "empty"}, {.max_age = milliseconds(1000)}, clock);
+  const auto scrape = [&] {
+    ExpositionWriter out;
+    gauges.Write(out);
+    return out.Take();
+  };
+  CHECK(Has(scrape(), "akadzed_database_up 0"));  // no read yet, and no thread to make one
+
+  gauges.ReadRound();
+  std::string text = scrape();
+  CHECK(Has(text, "akadzed_database_up 1"));
+  CHECK(Has(text, "akadzed_ready 1"));
+  CHECK(Has(text, "akadzed_jobs{queue=\"default\",state=\"queued\"} 3"));
+  CHECK(Has(text, "akadzed_jobs{queue=\"empty\",state=\"queued\"} 0"));
+  CHECK_FALSE(gauges.NotReady().has_value());
+  clock.Advance(milliseconds(1000));
+  CHECK(Has(scrape(), "akadzed_database_up 1"));  // max_age old: still served
+  clock.Advance(milliseconds(1));
+  CHECK(Has(scrape(), "akadzed_database_up 0"));  // older: a new read is needed
+  CHECK(logs.Take().empty());
+
+  db.TakeAway();
+  gauges.ReadRound();
+  CHECK(Has(logs.Take(), "warning metrics_database_failed | "));
+  CHECK(Has(scrape(), "akadzed_database_up 0"));
+  CHECK(gauges.NotReady().has_value());
+  gauges.ReadRound();
+  CHECK(logs.Take().empty());  // once, not once per read
+  db.GiveBack();
+  gauges.ReadRound();
+  CHECK(Has(logs.Take(), "info metrics_database_ok"));
+  CHECK(Has(scrape(), "akadzed_database_up 1"));
+  CHECK_FALSE(gauges.NotReady().has_value());
+}
+
+TEST_CASE_METHOD(Rounds, "periodic scheduler rounds: a due fire enqueues one job, the next round none; a "
+                 "failed round retries after about a second, its outage measured on the clock",
+                 "[kit][periodic][direct]") {
+  PeriodicConfig entry;
+  entry.name = "hourly";
+  entry.task = "t";
+  entry.schedule = Schedule::Every("1h");
+  entry.grace_us = 2LL * 3600 * 1'000'000;  // the last hour's fire is always within it
+  PeriodicScheduler scheduler(db.conninfo(), milliseconds(5000), {entry}, clock);
+  const auto jobs = [&] { return db.Connect().exec("SELECT count(*) FROM akadze.jobs WHERE task = 't'").int64(0, 0); };
+
+  ServiceClock::time_point next = scheduler.Round();
+  CHECK(Has(logs.Take(), "info periodic_enqueued name=hourly fire_at="));
+  CHECK(jobs() == 1);
+  CHECK(next - clock.Now() >= milliseconds(10));  // the next round within a second
+  CHECK(next - clock.Now() <= seconds(1));
+  scheduler.Round();
+  CHECK(jobs() == 1);  // this fire is done
+  CHECK_FALSE(Has(logs.Take(), "periodic_enqueued"));
+
+  // An hour later by the clock the next fire is due; the database is away.
+  db.TakeAway();
+  clock.Advance(std::chrono::hours(1));
+  next = scheduler.Round();
+  CHECK(Has(logs.Take(), "warning periodic_failed | "));
+  CHECK(next - clock.Now() >= milliseconds(500));  // 1 s, jittered
+  CHECK(next - clock.Now() <= milliseconds(1500));
+  db.GiveBack();
+  clock.Advance(seconds(2));
+  scheduler.Round();
+  CHECK(Has(logs.Take(), "info periodic_recovered failures=1 outage_ms=2000"));
 }
 
 }  // namespace
