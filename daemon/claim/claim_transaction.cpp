@@ -105,7 +105,7 @@ const std::string& ClaimSql() {
       // stepping over every dead entry a held horizon keeps (12 ms at
       // 60,000). OFFSET 0 keeps the subquery a lookup per row.
       " plan AS ("
-      "  SELECT j.id, j.run_count < 2147483647 AND j.attempt < 2147483647 AS runnable"
+      "  SELECT j.id, j.run_count < 2147483647 AS runnable"
       "  FROM unnest($1::int8[]) AS u(id) CROSS JOIN LATERAL (SELECT id, run_count, attempt FROM akadze.jobs"
       "   WHERE id = u.id AND (queue = $6) IS TRUE AND id <> ALL($7::int8[]) AND " +
       std::string(kReadyByIdSql) +
@@ -127,8 +127,7 @@ const std::string& ClaimSql() {
       "    finished_at = CASE WHEN plan.runnable THEN j.finished_at ELSE now() END,"
       "    errors = CASE WHEN plan.runnable THEN j.errors ELSE " +
       AppendErrorSql("j.errors", "'Unprocessable'",
-                     "CASE WHEN j.run_count = 2147483647 THEN 'run_count' ELSE 'attempt' END"
-                     " || ' is at its maximum (2147483647): the job cannot run again'") +
+                     "'run_count is at its maximum (2147483647): the job cannot run again'") +
       " END"
       "  FROM plan WHERE j.id = plan.id AND (SELECT cardinality(ids) = 0 FROM missing)"
       "  RETURNING " + JobRowColumns(kJobRowForClaim, "j") + ", plan.runnable),"
@@ -454,9 +453,10 @@ class ClaimRun {
   // over; false when other transactions hold planned rows and the claim
   // must plan again without them.
   //
-  // A planned row whose run_count or attempt is at int4's maximum cannot
-  // run: its fencing token (run_count + 1) or its attempt number cannot be
-  // written. It is failed here as Unprocessable, its counters untouched,
+  // A planned row whose run_count is at int4's maximum cannot run: its
+  // fencing token (run_count + 1) cannot be written. (Its attempt is not
+  // written at the claim: a job at attempt's maximum runs, as with akadze's
+  // worker, its handler told attempt 2,147,483,647.) It is failed here as Unprocessable, its counters untouched,
   // instead of failing the statement for the rows beside it (which wedged
   // the queue). It counts no start and holds no slot. The fence is checked
   // again as this statement runs: the lease may have run out since the

@@ -106,7 +106,7 @@ struct ClaimRequest {
 
 struct ClaimResult {
   std::vector<ClaimedJob> jobs;  // in claim order
-  // Planned jobs whose run_count or attempt is at int4's maximum: failed as
+  // Planned jobs whose run_count is at int4's maximum: failed as
   // Unprocessable in the claim's transaction instead of run (id, task,
   // queue and limit_key set). docs/reliability.md, "Rows that cannot be
   // processed".

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "store/demo_jobs.h"
+#include "sample_rows/demo_jobs.h"
 #include "store/limits_table.h"
 #include "claim/claim_transaction.h"
 #include "cli/commands.h"

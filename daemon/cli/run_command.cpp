@@ -15,7 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "store/demo_jobs.h"
+#include "sample_rows/demo_jobs.h"
 #include "store/limits_table.h"
 #include "cli/commands.h"
 #include "config/config.h"

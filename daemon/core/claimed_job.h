@@ -24,6 +24,14 @@ struct ClaimedJob {
   // else both empty.
   std::optional<std::string> traceparent;
   std::optional<std::string> trace_id;
+
+  // The attempt this run counts as, from 1 (attempt counts failed runs):
+  // attempt + 1, or 2,147,483,647 for a job claimed with attempt at that
+  // maximum (the claim runs it, as akadze's worker does; the finish
+  // saturates the column the same way). What handlers are told.
+  std::int32_t run_attempt() const { return attempt < kMaxInt32 ? attempt + 1 : kMaxInt32; }
+
+  static constexpr std::int32_t kMaxInt32 = 2147483647;
 };
 
 }  // namespace akadzed

@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "plugin/plugin_config.h"
+#include "plugin_loader/plugin_config.h"
 
 namespace akadzed {
 

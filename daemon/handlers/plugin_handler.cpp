@@ -27,7 +27,7 @@
 #include "core/redact.h"
 #include "core/thread_annotations.h"
 #include "handlers/outcome_report.h"
-#include "plugin/loaded_plugin.h"
+#include "plugin_loader/loaded_plugin.h"
 #include "runtime/service_loop.h"
 #include "runtime/log_line.h"
 
@@ -326,7 +326,7 @@ JobOutcome PluginHandler::Run(const ClaimedJob& job, JobStop& stop, JobProgress*
     c_job.task = job.task.c_str();
     c_job.queue = job.queue.c_str();
     c_job.limit_key = job.limit_key ? job.limit_key->c_str() : nullptr;
-    c_job.attempt = job.attempt + 1;  // this run, counted from 1
+    c_job.attempt = job.run_attempt();  // this run, counted from 1
     c_job.max_attempts = job.max_attempts;
     c_job.run_count = job.run_count;
     c_job.args_json = job.args_json.c_str();

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "handlers/job_handler.h"
-#include "plugin/loaded_plugin.h"
+#include "plugin_loader/loaded_plugin.h"
 
 namespace akadzed {
 

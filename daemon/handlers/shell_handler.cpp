@@ -411,7 +411,7 @@ std::vector<std::string> ShellRun::Environment() const {
   ours["AKADZE_QUEUE"] = job_.queue;
   // The attempt this run counts as: 1 on the first run (job.attempt counts
   // the failed runs before it), as for plugins.
-  ours["AKADZE_ATTEMPT"] = std::to_string(job_.attempt + 1);
+  ours["AKADZE_ATTEMPT"] = std::to_string(job_.run_attempt());
   ours["AKADZE_MAX_ATTEMPTS"] = std::to_string(job_.max_attempts);
   ours["AKADZE_RUN_COUNT"] = std::to_string(job_.run_count);
   ours["AKADZE_LIMIT_KEY"] = job_.limit_key.value_or("");

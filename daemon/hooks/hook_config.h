@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/job_states.h"
-#include "plugin/plugin_config.h"
+#include "plugin_loader/plugin_config.h"
 
 namespace akadzed {
 

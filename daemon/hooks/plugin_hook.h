@@ -1,7 +1,7 @@
 // A plugin's on_transition as a transition hook (config `hooks:` with
 // `plugin:`): its own instance, made by init(config.config_json) and shut
 // down with the hook. The plugin file is shared with handlers using the same
-// file (plugin/loaded_plugin.h).
+// file (plugin_loader/loaded_plugin.h).
 //
 // Thread-safety: OnTransition may be called from many threads at once (the
 // plugin must allow it).
@@ -12,7 +12,7 @@
 
 #include <akadzed/plugin.h>
 
-#include "plugin/loaded_plugin.h"
+#include "plugin_loader/loaded_plugin.h"
 
 namespace akadzed {
 

@@ -5,7 +5,7 @@
 #include "claim/claim_transaction.h"
 #include "pg/transaction.h"
 #include "store/job_row.h"
-#include "store/lesson_jobs.h"
+#include "sample_rows/lesson_jobs.h"
 
 namespace akadzed {
 

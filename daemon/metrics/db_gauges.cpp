@@ -20,6 +20,7 @@ DbGauges::DbGauges(std::string conninfo, std::vector<std::string> queues, DbGaug
       queues_(std::move(queues)),
       options_(options),
       horizon_watch_(options.horizon_warn_after, clock),
+      next_check_(clock.Now()),  // the first check at once
       loop_(clock) {}
 
 std::chrono::milliseconds HorizonCheckInterval(std::chrono::microseconds warn_after) {
@@ -50,49 +51,59 @@ std::shared_ptr<const DbGauges::Snapshot> DbGauges::Fresh() {
 }
 
 void DbGauges::Loop() {
-  bool failing = false;
   const bool check_horizon = options_.horizon_warn_after.count() > 0;
-  const std::chrono::milliseconds interval = HorizonCheckInterval(options_.horizon_warn_after);
-  ServiceClock::time_point next_check = loop_.clock().Now();  // the first check at once
   for (;;) {
-    std::uint64_t goal;
     bool scrape_waits;
     {
       MutexLock lock(loop_.mu());
       const auto asked = [&]() REQUIRES(loop_.mu()) { return requested_ > completed_; };
       if (!check_horizon) {
         loop_.Wait(lock, asked);
-      } else if (const ServiceClock::time_point now = loop_.clock().Now(); now < next_check) {
-        loop_.WaitFor(lock, std::chrono::duration_cast<ServiceLoop::Duration>(next_check - now), asked);
+      } else if (const ServiceClock::time_point now = loop_.clock().Now(); now < next_check_) {
+        loop_.WaitFor(lock, std::chrono::duration_cast<ServiceLoop::Duration>(next_check_ - now), asked);
       }
       if (loop_.stop_requested_locked()) return;
-      goal = requested_;
       scrape_waits = asked();
     }
-    if (!scrape_waits) {  // the horizon check's time came first
-      CheckHorizon();
-      next_check = loop_.clock().Now() + interval;
-      loop_.MarkRound();
-      continue;
+    if (scrape_waits) {
+      ReadRound();
+    } else {  // the horizon check's time came first
+      HorizonRound();
     }
-    auto snapshot = std::make_shared<Snapshot>(Read());
-    if (snapshot->horizon_read) next_check = loop_.clock().Now() + interval;  // it was checked
-    // One line when reads start or stop failing, not one per scrape.
-    const std::string& problem = !snapshot->error.empty() ? snapshot->error : snapshot->schema_problem;
-    if (!problem.empty() && !failing) {
-      spdlog::warn("metrics_database_failed | {}", problem);
-    } else if (problem.empty() && failing) {
-      spdlog::info("metrics_database_ok");
-    }
-    failing = !problem.empty();
-    {
-      MutexLock lock(loop_.mu());
-      latest_ = std::move(snapshot);
-      completed_ = goal;
-    }
-    loop_.Notify();
-    loop_.MarkRound();
   }
+}
+
+void DbGauges::ReadRound() {
+  std::uint64_t goal;  // the requests this read answers: those made before it starts
+  {
+    MutexLock lock(loop_.mu());
+    goal = requested_;
+  }
+  auto snapshot = std::make_shared<Snapshot>(Read());
+  if (snapshot->horizon_read) {  // it was checked
+    next_check_ = loop_.clock().Now() + HorizonCheckInterval(options_.horizon_warn_after);
+  }
+  // One line when reads start or stop failing, not one per scrape.
+  const std::string& problem = !snapshot->error.empty() ? snapshot->error : snapshot->schema_problem;
+  if (!problem.empty() && !reads_failing_) {
+    spdlog::warn("metrics_database_failed | {}", problem);
+  } else if (problem.empty() && reads_failing_) {
+    spdlog::info("metrics_database_ok");
+  }
+  reads_failing_ = !problem.empty();
+  {
+    MutexLock lock(loop_.mu());
+    latest_ = std::move(snapshot);
+    completed_ = goal;
+  }
+  loop_.Notify();
+  loop_.MarkRound();
+}
+
+void DbGauges::HorizonRound() {
+  CheckHorizon();
+  next_check_ = loop_.clock().Now() + HorizonCheckInterval(options_.horizon_warn_after);
+  loop_.MarkRound();
 }
 
 DbGauges::Snapshot DbGauges::Read() {

@@ -18,8 +18,14 @@
 // does not wait for a scrape; the daemon then starts the reader even with
 // the listener disabled.
 //
+// The thread's two rounds are public (ReadRound, HorizonRound), so a test
+// drives them on its own thread, on a clock it moves, with the thread never
+// started.
+//
 // Thread-safety: Start/Stop from the owner; Write and NotReady from any
-// thread (they share the latest read under a mutex).
+// thread (they share the latest read under a mutex); ReadRound and
+// HorizonRound from the reader thread (or a test's, the thread never
+// started).
 #pragma once
 
 #include <chrono>
@@ -73,6 +79,17 @@ class DbGauges {
   // line saying why not (passwords redacted). Refreshes first if needed.
   std::optional<std::string> NotReady();
 
+  // One read, as a scrape's request makes the thread do: the gauges and the
+  // horizon, logged once when reads start failing
+  // (metrics_database_failed) or work again (metrics_database_ok), made
+  // the latest (Write and NotReady use it while it is younger than
+  // max_age, by the clock), waking the scrapes that wait for it.
+  void ReadRound() EXCLUDES(loop_.mu());
+  // The horizon alone, as between scrapes (horizon_warn_after set): fed to
+  // the horizon warning; logged once when checks start failing
+  // (horizon_check_failed) or work again (horizon_check_ok).
+  void HorizonRound();
+
  private:
   struct Snapshot {
     ServiceClock::time_point started;  // when the read began
@@ -104,6 +121,8 @@ class DbGauges {
   const DbGaugeOptions options_;
   HorizonWatch horizon_watch_;    // the reader thread's
   bool horizon_failing_ = false;  // the reader thread's: the last CheckHorizon failed
+  bool reads_failing_ = false;    // the reader thread's: the last read failed
+  ServiceClock::time_point next_check_;  // the reader thread's: the next horizon check (horizon_warn_after)
   // The reader thread, its stop, and the mutex (loop_.mu()) guarding:
   ServiceLoop loop_;
   std::shared_ptr<const Snapshot> latest_ GUARDED_BY(loop_.mu());

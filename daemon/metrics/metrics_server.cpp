@@ -44,7 +44,7 @@ namespace {
 // start with one line (start_failed) instead of aborting.
 class ServingThreads final : public httplib::TaskQueue {
  public:
-  explicit ServingThreads(int count) {
+  ServingThreads(int count, const ServiceClock& clock) : loop_(clock) {
     try {
       for (int i = 0; i < count; ++i) loop_.Start("metrics http", [this] { Work(); });
     } catch (...) {
@@ -132,7 +132,8 @@ void Answer(httplib::Response& res, const std::optional<std::string>& problem) {
 
 }  // namespace
 
-MetricsServer::MetricsServer() : server_(std::make_unique<BoundHttpServer>()) {
+MetricsServer::MetricsServer(const ServiceClock& clock)
+    : server_(std::make_unique<BoundHttpServer>()), listener_(clock) {
   // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, with which a
   // second daemon would share the port instead of failing), and no leak of
   // the socket into child processes.
@@ -221,7 +222,7 @@ void MetricsServer::Serve(Endpoints endpoints) {
   // shuts them down when listening ends.
   auto threads = std::make_shared<std::unique_ptr<ServingThreads>>();
   try {
-    *threads = std::make_unique<ServingThreads>(4);
+    *threads = std::make_unique<ServingThreads>(4, listener_.clock());
     // httplib calls this on the listening thread just after its accept loop
     // is marked running (from then on its stop() acts): the start Serve()
     // waits for.

@@ -41,7 +41,8 @@ class MetricsServer {
     std::function<HttpReply(const HttpRequest&)> pages;      // null: no status page
   };
 
-  MetricsServer();
+  // `clock`: the daemon's, for the listener's and the request threads' loops.
+  explicit MetricsServer(const ServiceClock& clock = SteadyServiceClock());
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;

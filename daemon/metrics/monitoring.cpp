@@ -24,7 +24,7 @@ Monitoring::Monitoring(const MetricsConfig& config, const std::string& conninfo,
   }
   if (config_.enabled) {
     registry_.AddCollector([this](ExpositionWriter& out) { db_gauges_->Write(out); });
-    server_ = std::make_unique<MetricsServer>();
+    server_ = std::make_unique<MetricsServer>(clock);
   }
   pg::SetErrorObserver(db_errors_);
 }

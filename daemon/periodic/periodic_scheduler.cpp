@@ -97,7 +97,7 @@ PeriodicScheduler::PeriodicScheduler(std::string conninfo, std::chrono::millisec
       entries_(std::move(entries)),
       handled_(entries_.size(), std::numeric_limits<std::int64_t>::min()),
       reported_overlap_(entries_.size(), std::numeric_limits<std::int64_t>::min()),
-      guard_(clock, RetryBackoff(std::chrono::seconds(1), std::chrono::seconds(1))),
+      guard_(clock, LoopBackoff(std::chrono::seconds(1), std::chrono::seconds(1))),
       loop_(clock) {}
 
 PeriodicScheduler::~PeriodicScheduler() { Stop(); }
@@ -115,14 +115,14 @@ void PeriodicScheduler::Stop() { loop_.Stop(); }
 
 void PeriodicScheduler::Loop() {
   for (;;) {
-    const auto wake = Tick();
+    const auto wake = Round();
     loop_.MarkRound();
     MutexLock lock(loop_.mu());
     if (loop_.WaitUntil(lock, wake, [] { return false; })) return;
   }
 }
 
-ServiceClock::time_point PeriodicScheduler::Tick() {
+ServiceClock::time_point PeriodicScheduler::Round() {
   using std::chrono::microseconds;
   const auto started = loop_.clock().Now();
   // Wake at least once a second: overlapped fires are retried and the clock

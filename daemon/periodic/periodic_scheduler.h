@@ -14,7 +14,8 @@
 // time).
 //
 // Thread-safety: FirePeriodic uses the connection it is given; a
-// PeriodicScheduler's Start/Stop are for its owner only.
+// PeriodicScheduler's Start/Stop are for its owner only, its Round for its
+// thread (or a test's, with the thread never started).
 #pragma once
 
 #include <cstdint>
@@ -65,11 +66,16 @@ class PeriodicScheduler {
   void Start();
   void Stop();
 
+  // One pass over the entries whose next fire is due by the local estimate
+  // of the database clock (the clock's wall time plus the offset the last
+  // fire measured): each fires (periodic_enqueued, periodic_skipped); a
+  // failure is logged (periodic_failed, an outage once). Returns when the
+  // thread runs the next: the next fire's instant, 10 ms to 1 s from the
+  // round's start, or the backoff's wait after a failure.
+  ServiceClock::time_point Round();
+
  private:
   void Loop();
-  // One pass over the entries whose next fire is due by the local estimate of
-  // the database clock. Returns the local time to wake up at.
-  ServiceClock::time_point Tick();
 
   DbSession session_;
   std::vector<PeriodicConfig> entries_;

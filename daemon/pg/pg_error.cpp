@@ -30,6 +30,17 @@ ErrorKind ErrorKindOf(const std::exception_ptr& error) noexcept {
   }
 }
 
+std::string SqlStateOf(const std::exception_ptr& error) {
+  if (!error) return {};
+  try {
+    std::rethrow_exception(error);
+  } catch (const PgError& e) {
+    return e.sqlstate();
+  } catch (...) {
+    return {};
+  }
+}
+
 bool IsTransientSqlState(std::string_view s) {
   return s == "40001"     // serialization_failure
          || s == "40P01"  // deadlock_detected

@@ -104,6 +104,9 @@ class InDoubtError : public ConnectionError {
 // or none): the one sorting of failures, by type, for code that holds an
 // exception of any type (std::current_exception() in a catch).
 ErrorKind ErrorKindOf(const std::exception_ptr& error) noexcept;
+// The SQLSTATE of `error` (a PgError's sqlstate()); "" for any other
+// exception, none, or an error that did not come from the server.
+std::string SqlStateOf(const std::exception_ptr& error);
 
 // True for SQLSTATEs after which a retry of the transaction may succeed.
 bool IsTransientSqlState(std::string_view sqlstate);

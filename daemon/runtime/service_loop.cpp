@@ -131,7 +131,7 @@ const char* RoundFailureKindName(RoundFailureKind kind) {
   return "other";
 }
 
-RoundGuard::RoundGuard(const ServiceClock& clock, RetryBackoff backoff)
+RoundGuard::RoundGuard(const ServiceClock& clock, LoopBackoff backoff)
     : outage_(clock), backoff_(std::move(backoff)) {}
 
 std::optional<OutageLog::Ended> RoundGuard::Succeeded() {
@@ -149,21 +149,21 @@ RoundFailure RoundGuard::Failed(const std::exception_ptr& error) {
   } catch (...) {
   }
   switch (pg::ErrorKindOf(error)) {
-    case pg::ErrorKind::kInDoubt: return Sort(RoundFailureKind::kInDoubt, false, std::move(message));
-    case pg::ErrorKind::kConnection: return Sort(RoundFailureKind::kOutage, false, std::move(message));
-    case pg::ErrorKind::kTransient: return Sort(RoundFailureKind::kSqlError, true, std::move(message));
+    case pg::ErrorKind::kInDoubt: return Classify(RoundFailureKind::kInDoubt, false, std::move(message));
+    case pg::ErrorKind::kConnection: return Classify(RoundFailureKind::kOutage, false, std::move(message));
+    case pg::ErrorKind::kTransient: return Classify(RoundFailureKind::kSqlError, true, std::move(message));
     case pg::ErrorKind::kRowFault:
-    case pg::ErrorKind::kSql: return Sort(RoundFailureKind::kSqlError, false, std::move(message));
+    case pg::ErrorKind::kSql: return Classify(RoundFailureKind::kSqlError, false, std::move(message));
     case pg::ErrorKind::kOther: break;
   }
-  return Sort(RoundFailureKind::kOther, false, std::move(message));
+  return Classify(RoundFailureKind::kOther, false, std::move(message));
 }
 
 RoundFailure RoundGuard::Failed(RoundFailureKind kind, std::string message) {
-  return Sort(kind, false, std::move(message));
+  return Classify(kind, false, std::move(message));
 }
 
-RoundFailure RoundGuard::Sort(RoundFailureKind kind, bool transient, std::string message) {
+RoundFailure RoundGuard::Classify(RoundFailureKind kind, bool transient, std::string message) {
   ++failures_;
   RoundFailure f;
   f.kind = kind;

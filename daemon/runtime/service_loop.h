@@ -4,7 +4,7 @@
 // listener's threads), in the spirit of
 // River's startstop: one thread, one stop, the time of the last round for
 // the watchdog, an injected clock, and one error guard (RoundGuard) that
-// sorts a failed round into an outage, a COMMIT in doubt, an SQL error or
+// classifies a failed round as an outage, a COMMIT in doubt, an SQL error or
 // anything else, with the backoff and the outage log.
 //
 //   ServiceClock  where a loop reads the time; SteadyServiceClock() in the
@@ -14,7 +14,7 @@
 //                 condition variable, and an eventfd for loops that poll a
 //                 socket), Wait helpers that also wake on stop, and the time
 //                 of the last round.
-//   RoundGuard    a round's failure sorted, counted and paced.
+//   RoundGuard    a round's failure classified, counted and paced.
 //
 // A loop owns a ServiceLoop and a RoundGuard; its body is a plain
 // `while (!loop.WaitFor(...)) { try { Round(); } catch (...) { guard... } }`
@@ -46,7 +46,7 @@
 #include "core/thread_annotations.h"
 #include "runtime/outage_log.h"
 #include "runtime/service_clock.h"
-#include "runtime/retry_backoff.h"
+#include "runtime/loop_backoff.h"
 
 namespace akadzed {
 
@@ -190,11 +190,11 @@ struct RoundFailure {
 // Thread-safety: owned and used by the loop's thread (and tests).
 class RoundGuard {
  public:
-  RoundGuard(const ServiceClock& clock, RetryBackoff backoff);
+  RoundGuard(const ServiceClock& clock, LoopBackoff backoff);
 
   // The round worked: resets the backoff; returns the outage it ends.
   std::optional<OutageLog::Ended> Succeeded();
-  // The round threw `error` (std::current_exception() in the catch): sorts
+  // The round threw `error` (std::current_exception() in the catch): classifies
   // it by pg::ErrorKindOf, counts an outage once (OutageLog), and says how
   // to log it and how long to wait before the next try.
   RoundFailure Failed(const std::exception_ptr& error);
@@ -205,10 +205,11 @@ class RoundGuard {
   std::int64_t failures() const { return failures_; }
 
  private:
-  RoundFailure Sort(RoundFailureKind kind, bool transient, std::string message);
+  // Counts a failure of `kind` and says how to log it and when to retry.
+  RoundFailure Classify(RoundFailureKind kind, bool transient, std::string message);
 
   OutageLog outage_;
-  RetryBackoff backoff_;
+  LoopBackoff backoff_;
   std::int64_t failures_ = 0;
 };
 

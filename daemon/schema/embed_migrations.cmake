@@ -1,6 +1,8 @@
 # Writes OUTPUT, a C++ source defining akadzed::EmbeddedMigrations() with the
-# text of every migrations/NNN_name.sql in INPUT_DIR, in file-name order.
-file(GLOB files "${INPUT_DIR}/[0-9][0-9][0-9]_*.sql")
+# text of every migrations/NNN_name.sql that LIST_FILE names (one path a
+# line: the build's stamp of the migrations' glob, daemon/CMakeLists.txt), in
+# file-name order.
+file(STRINGS "${LIST_FILE}" files)
 list(SORT files)
 set(body "")
 foreach(f IN LISTS files)

@@ -11,43 +11,31 @@
 //
 // Logs: finish_counts_failed and finish_counts_recovered.
 //
-// Thread-safety: Start/Stop from the owner only; RunRound is what the thread
-// calls (tests call it with the thread not started); last_round() from any
-// thread.
+// Its rounds are a PeriodicService's (runtime/periodic_service.h): a round
+// every `interval`, guarded (a failure at warn at most: the counts are put
+// back), and its thread-safety.
 #pragma once
 
 #include <chrono>
 
 #include "runtime/db_session.h"
-#include "runtime/service_loop.h"
+#include "runtime/periodic_service.h"
 #include "worker/finish_tally.h"
 
 namespace akadzed {
 
-class FinishCountWriter {
+class FinishCountWriter final : public PeriodicService {
  public:
   // `session` is the lease keeper's; `tally` must outlive the writer.
   FinishCountWriter(SharedDbSession& session, FinishTally& tally, std::chrono::microseconds interval,
                     const ServiceClock& clock = SteadyServiceClock());
-  ~FinishCountWriter();
-
-  // Starts the thread: a round every `interval`.
-  void Start();
-  void Stop();
-  // One round, its failure logged (finish_counts_failed, finish_counts_recovered).
-  void RunRound();
-  std::chrono::steady_clock::time_point last_round() const { return loop_.last_round(); }
+  ~FinishCountWriter() override;
 
  private:
-  // True when it sent its statements (and they worked); false when it had
-  // none to send or skipped them (the connection not open, ...).
-  bool Round();
+  bool Round() override;
 
   SharedDbSession& session_;
   FinishTally& tally_;
-  const std::chrono::microseconds interval_;
-  RoundGuard guard_;  // the loop thread only
-  ServiceLoop loop_;
 };
 
 }  // namespace akadzed

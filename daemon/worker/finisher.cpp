@@ -48,7 +48,7 @@ void LogFinish(const FinishItem& item, const FinishResult& result) {
 Finisher::Finisher(std::string conninfo, std::chrono::milliseconds stall_timeout, WorkerMetrics& metrics,
                    FinisherOptions options, const ServiceClock& clock)
     : session_(std::move(conninfo), "akadzed finisher", stall_timeout),
-      guard_(clock, RetryBackoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500))),
+      guard_(clock, LoopBackoff(std::chrono::milliseconds(100), std::chrono::milliseconds(500))),
       metrics_(metrics),
       hooks_(options.hooks),
       plan_(options.plan),

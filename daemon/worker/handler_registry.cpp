@@ -4,7 +4,7 @@
 
 #include "handlers/plugin_handler.h"
 #include "handlers/shell_handler.h"
-#include "plugin/file_trust.h"
+#include "plugin_loader/file_trust.h"
 
 namespace akadzed {
 

@@ -13,43 +13,24 @@ namespace akadzed {
 
 JobRescuer::JobRescuer(SharedDbSession& session, const LeaseKeeper& lease, WorkerConfig timings,
                        const TransitionHooks* hooks, const ServiceClock& clock)
-    : session_(session),
+    : PeriodicService({.name = "rescue",
+                       .thread = "rescue",
+                       .interval = std::chrono::microseconds(timings.heartbeat_interval_us),
+                       .on_failure =
+                           [this](const RoundFailure& f) {
+                             // Held off after it, as after an outage of the heartbeat.
+                             if (f.kind == RoundFailureKind::kOutage || f.kind == RoundFailureKind::kInDoubt) {
+                               own_outage_ = true;
+                             }
+                           }},
+                      clock),
+      session_(session),
       lease_(lease),
       timings_(timings),
       hooks_(hooks),
-      outages_seen_(lease.outages_ended()),
-      guard_(clock, RetryBackoff(std::chrono::microseconds(timings.heartbeat_interval_us),
-                                 std::chrono::microseconds(timings.heartbeat_interval_us))),
-      loop_(clock) {}
+      outages_seen_(lease.outages_ended()) {}
 
 JobRescuer::~JobRescuer() { Stop(); }
-
-void JobRescuer::Start() {
-  const auto interval = std::chrono::microseconds(timings_.heartbeat_interval_us);
-  loop_.Start("rescue", [this, interval] {
-    while (!loop_.Sleep(interval)) RunRound();
-  });
-}
-
-void JobRescuer::Stop() { loop_.Stop(); }
-
-void JobRescuer::RunRound() {
-  try {
-    // A round that sent nothing says nothing of the database.
-    if (!Round()) {
-      loop_.MarkRound();
-      return;
-    }
-    if (auto ended = guard_.Succeeded()) {
-      spdlog::info("rescue_recovered failures={} outage_ms={}", ended->failures, ended->ms);
-    }
-  } catch (const std::exception&) {
-    const RoundFailure f = guard_.Failed(std::current_exception());
-    if (f.kind == RoundFailureKind::kOutage || f.kind == RoundFailureKind::kInDoubt) own_outage_ = true;
-    spdlog::log(f.level, "rescue_failed | {}", f.message);
-  }
-  loop_.MarkRound();
-}
 
 bool JobRescuer::Round() {
   // This daemon's heartbeat fails (logged by the lease keeper): it may be
@@ -61,12 +42,12 @@ bool JobRescuer::Round() {
   if (own_outage_ || outages != outages_seen_) {
     outages_seen_ = outages;
     own_outage_ = false;
-    rescue_after_ = loop_.clock().Now() + std::chrono::microseconds(timings_.heartbeat_ttl_us);
+    rescue_after_ = clock().Now() + std::chrono::microseconds(timings_.heartbeat_ttl_us);
     spdlog::info("rescue_held ms={} | the database is back after an outage; live daemons get "
                  "heartbeat_ttl to heartbeat and write their finishes first",
                  timings_.heartbeat_ttl_us / 1000);
   }
-  if (loop_.clock().Now() < rescue_after_) return false;
+  if (clock().Now() < rescue_after_) return false;
   std::vector<std::int64_t> skipped;
   std::vector<RescuedJob> rescued;
   if (!session_.RunIfConnected(

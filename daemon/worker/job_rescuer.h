@@ -21,9 +21,8 @@
 // Logs: rescue (each job), rescue_held, rescue_skipped (a row no statement
 // could change, named once), rescue_failed and rescue_recovered.
 //
-// Thread-safety: Start/Stop from the owner only; RunRound is what the thread
-// calls (tests call it with the thread not started); last_round() from any
-// thread.
+// Its rounds are a PeriodicService's (runtime/periodic_service.h): a round
+// every heartbeat_interval, guarded, and its thread-safety.
 #pragma once
 
 #include <chrono>
@@ -33,30 +32,21 @@
 #include "config/config.h"
 #include "hooks/transition_hooks.h"
 #include "runtime/db_session.h"
-#include "runtime/service_loop.h"
+#include "runtime/periodic_service.h"
 #include "worker/lease_keeper.h"
 
 namespace akadzed {
 
-class JobRescuer {
+class JobRescuer final : public PeriodicService {
  public:
   // `hooks` (may be null) run in each rescue's transaction. `session` is
   // the lease keeper's; `lease` must outlive the rescuer.
   JobRescuer(SharedDbSession& session, const LeaseKeeper& lease, WorkerConfig timings,
              const TransitionHooks* hooks = nullptr, const ServiceClock& clock = SteadyServiceClock());
-  ~JobRescuer();
-
-  // Starts the thread: a round every heartbeat_interval.
-  void Start();
-  void Stop();
-  // One round, its failure logged (rescue_failed, rescue_recovered).
-  void RunRound();
-  std::chrono::steady_clock::time_point last_round() const { return loop_.last_round(); }
+  ~JobRescuer() override;
 
  private:
-  // True when it sent its statements (and they worked); false when it had
-  // none to send or skipped them (the connection not open, ...).
-  bool Round();
+  bool Round() override;
 
   SharedDbSession& session_;
   const LeaseKeeper& lease_;
@@ -67,8 +57,6 @@ class JobRescuer {
   std::uint64_t outages_seen_;             // the keeper's outages_ended() when last looked at
   bool own_outage_ = false;                // a round of this service failed for an outage
   std::chrono::steady_clock::time_point rescue_after_{};  // no rescue before
-  RoundGuard guard_;
-  ServiceLoop loop_;
 };
 
 }  // namespace akadzed

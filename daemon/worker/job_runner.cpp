@@ -38,7 +38,7 @@ void JobRunner::Run(JobClaim claim, std::optional<JobStop>& stop, JobProgress& p
   std::shared_ptr<JobHandler> handler = handlers_.Find(job.task);
   const auto started = clock_.Now();
   spdlog::info("start job={} task={} queue={} attempt={}/{} run={} handler={}", job.id,
-               LogValue(job.task), LogValue(job.queue), job.attempt + 1, job.max_attempts, job.run_count,
+               LogValue(job.task), LogValue(job.queue), job.run_attempt(), job.max_attempts, job.run_count,
                handler ? handler->kind() : "none");
   JobOutcome outcome;
   StopReason stopped = StopReason::kNone;

@@ -23,7 +23,7 @@ LeaseKeeper::LeaseKeeper(std::string conninfo, WorkerIdentity identity, WorkerCo
       hooks_(hooks),
       running_(running),
       lease_span_us_(lease_span_us),
-      guard_(clock, RetryBackoff(std::chrono::microseconds(timings.heartbeat_interval_us),
+      guard_(clock, LoopBackoff(std::chrono::microseconds(timings.heartbeat_interval_us),
                                  std::chrono::microseconds(timings.heartbeat_interval_us))),
       loop_(clock),
       identity_(std::move(identity)) {}

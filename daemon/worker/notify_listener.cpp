@@ -22,7 +22,7 @@ NotifyListener::NotifyListener(std::string conninfo, std::function<void(const st
     : conninfo_(std::move(conninfo)),
       wake_(std::move(wake)),
       loop_(clock),
-      guard_(clock, RetryBackoff(std::chrono::milliseconds(500), std::chrono::seconds(30))) {}
+      guard_(clock, LoopBackoff(std::chrono::milliseconds(500), std::chrono::seconds(30))) {}
 
 NotifyListener::~NotifyListener() { Stop(); }
 
@@ -48,10 +48,21 @@ void NotifyListener::WarnIfPooled(pg::Connection& conn) {
 
 void NotifyListener::Loop() {
   for (;;) {
-    try {
-      pg::Connection conn = pg::Connection::Open(conninfo_, "akadzed listen");
-      conn.exec(std::string("LISTEN ") + kChannel);
-      WarnIfPooled(conn);
+    const ListenRound round = Round(-1);
+    if (round.kind == ListenRound::Kind::kStopped) return;
+    // Reconnect after a pause, unless stopped meanwhile.
+    if (round.kind == ListenRound::Kind::kFailed && loop_.Sleep(round.retry_in)) return;
+  }
+}
+
+ListenRound NotifyListener::Round(int timeout_ms) {
+  ListenRound round;
+  try {
+    if (!conn_) {
+      auto conn = std::make_unique<pg::Connection>(pg::Connection::Open(conninfo_, "akadzed listen"));
+      conn->exec(std::string("LISTEN ") + kChannel);
+      WarnIfPooled(*conn);
+      conn_ = std::move(conn);
       if (auto ended = guard_.Succeeded()) {
         spdlog::info("listen_recovered channel={} failures={} outage_ms={}", kChannel, ended->failures,
                      ended->ms);
@@ -60,30 +71,35 @@ void NotifyListener::Loop() {
       }
       // Anything enqueued while we were not listening: one wake for all.
       wake_("");
-      for (;;) {
-        pollfd fds[2] = {{PQsocket(conn.raw()), POLLIN, 0}, {loop_.stop_fd(), POLLIN, 0}};
-        if (poll(fds, 2, -1) < 0) {
-          if (errno == EINTR) continue;
-          throw std::system_error(errno, std::generic_category(), "poll");
-        }
-        if (fds[1].revents != 0) return;
-        if (PQconsumeInput(conn.raw()) == 0) {
-          // The connection broke under us: the first failure of an outage.
-          throw pg::ConnectionError(RedactSecrets(PQerrorMessage(conn.raw()), conninfo_), "");
-        }
-        while (PGnotify* n = PQnotifies(conn.raw())) {
-          std::unique_ptr<PGnotify, decltype(&PQfreemem)> owned(n, &PQfreemem);
-          wake_(n->extra != nullptr ? n->extra : "");
-        }
-        loop_.MarkRound();
-      }
-    } catch (const std::exception&) {
-      const RoundFailure f = guard_.Failed(std::current_exception());
-      spdlog::log(f.level, "listen_failed | {}", f.message);
-      // Reconnect after a pause, unless stopped meanwhile.
-      if (loop_.Sleep(f.retry_in)) return;
     }
+    pollfd fds[2] = {{PQsocket(conn_->raw()), POLLIN, 0}, {loop_.stop_fd(), POLLIN, 0}};
+    if (poll(fds, 2, timeout_ms) < 0) {
+      if (errno == EINTR) return round;
+      throw std::system_error(errno, std::generic_category(), "poll");
+    }
+    if (fds[1].revents != 0) {
+      round.kind = ListenRound::Kind::kStopped;
+      return round;
+    }
+    if (fds[0].revents == 0) return round;  // the timeout
+    if (PQconsumeInput(conn_->raw()) == 0) {
+      // The connection broke under us: the first failure of an outage.
+      throw pg::ConnectionError(RedactSecrets(PQerrorMessage(conn_->raw()), conninfo_), "");
+    }
+    while (PGnotify* n = PQnotifies(conn_->raw())) {
+      std::unique_ptr<PGnotify, decltype(&PQfreemem)> owned(n, &PQfreemem);
+      ++round.notifications;
+      wake_(n->extra != nullptr ? n->extra : "");
+    }
+    loop_.MarkRound();
+  } catch (const std::exception&) {
+    conn_.reset();
+    const RoundFailure f = guard_.Failed(std::current_exception());
+    spdlog::log(f.level, "listen_failed | {}", f.message);
+    round.kind = ListenRound::Kind::kFailed;
+    round.retry_in = f.retry_in;
   }
+  return round;
 }
 
 }  // namespace akadzed

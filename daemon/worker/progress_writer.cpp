@@ -1,6 +1,5 @@
 #include "worker/progress_writer.h"
 
-#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,42 +12,17 @@ namespace akadzed {
 
 ProgressWriter::ProgressWriter(SharedDbSession& session, const LeaseKeeper& lease, RunningJobs& running,
                                std::chrono::microseconds interval, const ServiceClock& clock)
-    : session_(session),
+    // A failure is left pending: the next round (or the run's finish)
+    // writes it. An outage is logged once (warn, then debug); anything else
+    // at warn.
+    : PeriodicService({.name = "progress", .thread = "progress", .interval = interval,
+                       .level_cap = spdlog::level::warn},
+                      clock),
+      session_(session),
       lease_(lease),
-      running_(running),
-      interval_(interval),
-      guard_(clock, RetryBackoff(interval, interval)),
-      loop_(clock) {}
+      running_(running) {}
 
 ProgressWriter::~ProgressWriter() { Stop(); }
-
-void ProgressWriter::Start() {
-  loop_.Start("progress", [this] {
-    while (!loop_.Sleep(interval_)) RunRound();
-  });
-}
-
-void ProgressWriter::Stop() { loop_.Stop(); }
-
-void ProgressWriter::RunRound() {
-  try {
-    // A round that sent nothing says nothing of the database.
-    if (!Round()) {
-      loop_.MarkRound();
-      return;
-    }
-    if (auto ended = guard_.Succeeded()) {
-      spdlog::info("progress_recovered failures={} outage_ms={}", ended->failures, ended->ms);
-    }
-  } catch (const std::exception&) {
-    // Left pending: the next round (or the run's finish) writes it. An
-    // outage is logged once (warn, then debug); anything else at warn.
-    const RoundFailure f = guard_.Failed(std::current_exception());
-    const spdlog::level::level_enum level = std::min(f.level, spdlog::level::warn);
-    spdlog::log(level, "progress_failed | {}", f.message);
-  }
-  loop_.MarkRound();
-}
 
 bool ProgressWriter::Round() {
   if (!lease_.held()) return false;

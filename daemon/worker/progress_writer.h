@@ -14,47 +14,35 @@
 // goes on), progress_failed (left pending: the next round or the run's
 // finish writes it) and progress_recovered.
 //
-// Thread-safety: Start/Stop from the owner only; RunRound is what the thread
-// calls (tests call it with the thread not started); last_round() from any
-// thread.
+// Its rounds are a PeriodicService's (runtime/periodic_service.h): a round
+// every `interval`, guarded (a failure at warn at most: what failed is left
+// pending), and its thread-safety.
 #pragma once
 
 #include <chrono>
 
 #include "config/config.h"
 #include "runtime/db_session.h"
-#include "runtime/service_loop.h"
+#include "runtime/periodic_service.h"
 #include "worker/lease_keeper.h"
 #include "worker/running_jobs.h"
 
 namespace akadzed {
 
-class ProgressWriter {
+class ProgressWriter final : public PeriodicService {
  public:
   // `session` is the lease keeper's; `lease` and `running` must outlive the
   // writer.
   ProgressWriter(SharedDbSession& session, const LeaseKeeper& lease, RunningJobs& running,
                  std::chrono::microseconds interval, const ServiceClock& clock = SteadyServiceClock());
-  ~ProgressWriter();
-
-  // Starts the thread: a round every `interval`.
-  void Start();
-  void Stop();
-  // One round, its failure logged (progress_failed, progress_recovered).
-  void RunRound();
-  std::chrono::steady_clock::time_point last_round() const { return loop_.last_round(); }
+  ~ProgressWriter() override;
 
  private:
-  // True when it sent its statements (and they worked); false when it had
-  // none to send or skipped them (the connection not open, ...).
-  bool Round();
+  bool Round() override;
 
   SharedDbSession& session_;
   const LeaseKeeper& lease_;
   RunningJobs& running_;
-  const std::chrono::microseconds interval_;
-  RoundGuard guard_;  // the loop thread only
-  ServiceLoop loop_;
 };
 
 }  // namespace akadzed

@@ -13,7 +13,7 @@ Pruner::Pruner(std::string conninfo, std::chrono::milliseconds stall_timeout, Pr
     : session_(std::move(conninfo), "akadzed pruner", stall_timeout),
       config_(config),
       loop_(clock),
-      guard_(clock, RetryBackoff(std::min<std::chrono::microseconds>(std::chrono::seconds(1),
+      guard_(clock, LoopBackoff(std::min<std::chrono::microseconds>(std::chrono::seconds(1),
                                                                       std::chrono::microseconds(config.interval_us)),
                                  std::chrono::microseconds(config.interval_us))) {}
 

@@ -31,7 +31,7 @@ QueueRunner::QueueRunner(QueueConfig queue, const WorkerConfig& timings, const s
       metrics_(metrics),
       hooks_(hooks),
       guard_(clock,
-             RetryBackoff(std::chrono::microseconds(timings.poll_interval_us),
+             LoopBackoff(std::chrono::microseconds(timings.poll_interval_us),
                           std::max<std::chrono::microseconds>(std::chrono::microseconds(timings.poll_interval_us),
                                                               std::chrono::seconds(30)))),
       claim_loop_(clock),
@@ -165,8 +165,8 @@ ClaimRoundResult QueueRunner::ClaimRound() {
                    round.free_slots, result.elapsed_ms);
       pool_.Run(result.jobs, request.worker_id);
     }
-  } catch (const std::exception& e) {
-    Failed(e, request.worker_id, round);
+  } catch (const std::exception&) {
+    Failed(std::current_exception(), request.worker_id, round);
   }
   return round;
 }
@@ -308,10 +308,8 @@ void QueueRunner::Observe(const ClaimResult& result, const std::string& worker_i
                         result.rows_needed);
 }
 
-void QueueRunner::Failed(const std::exception& e, const std::string& worker_id, ClaimRoundResult& round) {
-  const std::exception_ptr error = std::current_exception();  // Failed() is called from the catch
-  const auto* pg_error = pg::ErrorKindOf(error) == pg::ErrorKind::kTransient ? static_cast<const pg::PgError*>(&e) : nullptr;
-  if (pg_error != nullptr && pg_error->sqlstate() == "55P03") {
+void QueueRunner::Failed(const std::exception_ptr& error, const std::string& worker_id, ClaimRoundResult& round) {
+  if (pg::ErrorKindOf(error) == pg::ErrorKind::kTransient && pg::SqlStateOf(error) == "55P03") {
     // lock_timeout (database.stall_timeout) on the queue's claim lock: a
     // claim of another daemon holds it that long, cut off mid-flight; the
     // server ends that session within the same bound. Try again at the next

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <random>
 #include <span>
 #include <string>
@@ -140,7 +141,7 @@ class QueueRunner final {
   // Logs and counts what the claim returned.
   void Observe(const ClaimResult& result, const std::string& worker_id, int free_slots);
   // Sorts a failed claim and paces the next round.
-  void Failed(const std::exception& e, const std::string& worker_id, ClaimRoundResult& round);
+  void Failed(const std::exception_ptr& error, const std::string& worker_id, ClaimRoundResult& round);
   void SlotsFreed(bool none_busy);
 
   QueueConfig queue_;

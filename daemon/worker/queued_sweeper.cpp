@@ -11,39 +11,13 @@ namespace akadzed {
 
 QueuedSweeper::QueuedSweeper(SharedDbSession& session, std::chrono::microseconds interval,
                              const TransitionHooks* hooks, WorkerMetrics* metrics, const ServiceClock& clock)
-    : session_(session),
+    : PeriodicService({.name = "sweep", .thread = "sweep", .interval = interval}, clock),
+      session_(session),
       interval_(interval),
       hooks_(hooks),
-      metrics_(metrics),
-      guard_(clock, RetryBackoff(interval, interval)),
-      loop_(clock) {}
+      metrics_(metrics) {}
 
 QueuedSweeper::~QueuedSweeper() { Stop(); }
-
-void QueuedSweeper::Start() {
-  loop_.Start("sweep", [this] {
-    while (!loop_.Sleep(interval_)) RunRound();
-  });
-}
-
-void QueuedSweeper::Stop() { loop_.Stop(); }
-
-void QueuedSweeper::RunRound() {
-  try {
-    // A round that sent nothing says nothing of the database.
-    if (!Round()) {
-      loop_.MarkRound();
-      return;
-    }
-    if (auto ended = guard_.Succeeded()) {
-      spdlog::info("sweep_recovered failures={} outage_ms={}", ended->failures, ended->ms);
-    }
-  } catch (const std::exception&) {
-    const RoundFailure f = guard_.Failed(std::current_exception());
-    spdlog::log(f.level, "sweep_failed | {}", f.message);
-  }
-  loop_.MarkRound();
-}
 
 bool QueuedSweeper::Round() {
   // Batches until one comes back short: a backlog (a mass cancel, a queue
@@ -53,10 +27,10 @@ bool QueuedSweeper::Round() {
   // holds the lease's connection long.
   constexpr int kBatch = 500;
   constexpr int kMaxBatchesPerRound = 20;
-  const auto until = loop_.clock().Now() + interval_ / 2;
+  const auto until = clock().Now() + interval_ / 2;
   const std::vector<std::int64_t> exclude(unwritable_.begin(), unwritable_.end());
   bool ran = false;
-  for (int i = 0; i < kMaxBatchesPerRound && (i == 0 || loop_.clock().Now() < until); ++i) {
+  for (int i = 0; i < kMaxBatchesPerRound && (i == 0 || clock().Now() < until); ++i) {
     SweepSkips skips;
     std::vector<SweptJob> swept;
     if (!session_.RunIfConnected(

@@ -14,9 +14,8 @@
 // is left alone from then on), sweep_failed and sweep_recovered. Counts the
 // swept jobs (WorkerMetrics::QueuedJobsSwept).
 //
-// Thread-safety: Start/Stop from the owner only; RunRound is what the thread
-// calls (tests call it with the thread not started); last_round() from any
-// thread.
+// Its rounds are a PeriodicService's (runtime/periodic_service.h): a round
+// every `interval`, guarded, and its thread-safety.
 #pragma once
 
 #include <chrono>
@@ -26,30 +25,21 @@
 #include "hooks/transition_hooks.h"
 #include "metrics/worker_metrics.h"
 #include "runtime/db_session.h"
-#include "runtime/service_loop.h"
+#include "runtime/periodic_service.h"
 
 namespace akadzed {
 
-class QueuedSweeper {
+class QueuedSweeper final : public PeriodicService {
  public:
   // `hooks` (may be null) run in each batch's transaction; `metrics` (may be
   // null) counts the swept jobs.
   QueuedSweeper(SharedDbSession& session, std::chrono::microseconds interval,
                 const TransitionHooks* hooks = nullptr, WorkerMetrics* metrics = nullptr,
                 const ServiceClock& clock = SteadyServiceClock());
-  ~QueuedSweeper();
-
-  // Starts the thread: a round every `interval`.
-  void Start();
-  void Stop();
-  // One round, its failure logged (sweep_failed, sweep_recovered).
-  void RunRound();
-  std::chrono::steady_clock::time_point last_round() const { return loop_.last_round(); }
+  ~QueuedSweeper() override;
 
  private:
-  // True when it sent its statements (and they worked); false when it had
-  // none to send or skipped them (the connection not open, ...).
-  bool Round();
+  bool Round() override;
 
   SharedDbSession& session_;
   const std::chrono::microseconds interval_;
@@ -58,8 +48,6 @@ class QueuedSweeper {
   // The rest: the loop thread only.
   std::set<std::int64_t> skipped_logged_;  // sweep_skipped (refused) jobs named once
   std::set<std::int64_t> unwritable_;      // jobs the sweep could not change: left alone from then on
-  RoundGuard guard_;
-  ServiceLoop loop_;
 };
 
 }  // namespace akadzed

@@ -1,6 +1,7 @@
 // The pruner's, the lease keeper's and the lease's services' (the rescue,
-// the queued sweep, progress, finish counts), the finisher's and a queue's
-// claim rounds driven one by one on the test's thread, against a real
+// the queued sweep, progress, finish counts), the finisher's, a queue's
+// claim, the notify listener's, the database gauges' and the periodic
+// scheduler's rounds driven one by one on the test's thread, against a real
 // PostgreSQL, with a clock the test moves by hand (support/manual_clock.h):
 // no loop thread of theirs is started and nothing sleeps (a claim round's
 // jobs run on the executor pool's threads; the test awaits their outcomes).
@@ -19,8 +20,11 @@
 
 #include "claim/claim_transaction.h"
 #include "handlers/job_progress.h"
+#include "metrics/db_gauges.h"
+#include "metrics/exposition_writer.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/worker_metrics.h"
+#include "periodic/periodic_scheduler.h"
 #include "pg/connection.h"
 #include "support/daemon_process.h"
 #include "support/log_capture.h"
@@ -32,6 +36,7 @@
 #include "worker/handler_registry.h"
 #include "worker/job_rescuer.h"
 #include "worker/lease_keeper.h"
+#include "worker/notify_listener.h"
 #include "worker/progress_writer.h"
 #include "worker/pruner.h"
 #include "worker/queue_runner.h"
@@ -72,17 +77,45 @@ class RenamableDb {
   std::string name_;
 };
 
-TEST_CASE("a pruner round deletes old rows; a failed round backs off and its outage is measured on the "
-          "clock", "[kit][direct]") {
+// What every round test starts from: a fresh database the test can take
+// away, the log the rounds write, and the clock the test moves.
+struct Rounds {
   RenamableDb db;
   LogCapture logs;
+  test::ManualClock clock;
+};
+
+// And a lease keeper on it (a heartbeat a second, heartbeat_ttl 10 s, a
+// lease of kSpanUs), with the running jobs it watches.
+struct LeaseRounds : Rounds {
+  static constexpr std::int64_t kSpanUs = 6'000'000;
+  static WorkerConfig Timings() {
+    WorkerConfig timings;
+    timings.heartbeat_interval_us = 1'000'000;
+    timings.heartbeat_ttl_us = 10'000'000;
+    return timings;
+  }
+  RunningJobs running;
+  WorkerConfig timings = Timings();
+  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
+  LeaseKeeper keeper{db.conninfo(), me, timings, kSpanUs, milliseconds(5000), running, nullptr, clock};
+};
+
+// Or the lease keeper's connection alone, open as the keeper's first
+// registration leaves it.
+struct LeaseSessionRounds : Rounds {
+  LeaseSessionRounds() { session.Run([](pg::Connection&) {}); }
+  SharedDbSession session{db.conninfo(), "akadzed lease", milliseconds(5000)};
+};
+
+TEST_CASE_METHOD(Rounds, "a pruner round deletes old rows; a failed round backs off and its outage is measured "
+                 "on the clock", "[kit][direct]") {
   {
     pg::Connection c = db.Connect();
     c.exec("INSERT INTO akadze.jobs (task, state, finished_at) SELECT 't', 'succeeded',"
            " now() - interval '2 days' FROM generate_series(1, 5)");
     c.exec("INSERT INTO akadze.jobs (task, state, finished_at) VALUES ('t', 'succeeded', now())");
   }
-  test::ManualClock clock;
   PruningConfig config;
   config.retention_us = 24LL * 3600 * 1'000'000;
   config.interval_us = 60'000'000;
@@ -110,19 +143,8 @@ TEST_CASE("a pruner round deletes old rows; a failed round backs off and its out
   CHECK(Has(logs.Take(), "info prune_recovered failures=2 outage_ms=45000"));
 }
 
-TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at its span, stops the "
-          "jobs, and the next round registers a new id", "[kit][lease][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  RunningJobs running;
-  WorkerConfig timings;
-  timings.heartbeat_interval_us = 1'000'000;
-  timings.heartbeat_ttl_us = 10'000'000;
-  const std::int64_t span_us = 6'000'000;
-  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
-  LeaseKeeper keeper(db.conninfo(), me, timings, span_us, milliseconds(5000), running, nullptr, clock);
-
+TEST_CASE_METHOD(LeaseRounds, "lease keeper rounds on a hand-moved clock: the lease ends exactly at its span, "
+                 "stops the jobs, and the next round registers a new id", "[kit][lease][direct]") {
   keeper.Register();
   CHECK(keeper.held());
   CHECK(keeper.worker_id() == me.id);
@@ -139,7 +161,7 @@ TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at 
   clock.Advance(seconds(5));
   keeper.RunRound();
   CHECK(keeper.last_round() == clock.Now());
-  clock.Advance(microseconds(span_us) - microseconds(1));
+  clock.Advance(microseconds(kSpanUs) - microseconds(1));
   CHECK_FALSE(keeper.ExpireLeaseIfDue());  // one microsecond left
   CHECK(keeper.held());
   CHECK_FALSE(stop.requested());
@@ -171,7 +193,7 @@ TEST_CASE("lease keeper rounds on a hand-moved clock: the lease ends exactly at 
   clock.Advance(seconds(1));
   keeper.RunRound();
   CHECK(Has(logs.Take(), "debug heartbeat_failed | "));
-  clock.Advance(microseconds(span_us));
+  clock.Advance(microseconds(kSpanUs));
   CHECK(keeper.ExpireLeaseIfDue());
   db.GiveBack();
   clock.Advance(seconds(2));
@@ -202,17 +224,8 @@ std::string StateOf(const RenamableDb& db, std::int64_t id) {
           .text(0, 0));
 }
 
-TEST_CASE("a rescue round requeues a dead worker's job, never while the heartbeat fails, and holds off "
-          "for heartbeat_ttl after an outage", "[kit][lease][rescue][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  RunningJobs running;
-  WorkerConfig timings;
-  timings.heartbeat_interval_us = 1'000'000;
-  timings.heartbeat_ttl_us = 10'000'000;
-  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
-  LeaseKeeper keeper(db.conninfo(), me, timings, 6'000'000, milliseconds(5000), running, nullptr, clock);
+TEST_CASE_METHOD(LeaseRounds, "a rescue round requeues a dead worker's job, never while the heartbeat fails, "
+                 "and holds off for heartbeat_ttl after an outage", "[kit][lease][rescue][direct]") {
   JobRescuer rescuer(keeper.session(), keeper, timings, nullptr, clock);
   keeper.Register();
   // A job of this (live) worker is never rescued.
@@ -277,13 +290,8 @@ TEST_CASE("a rescue round requeues a dead worker's job, never while the heartbea
   CHECK(StateOf(db, third) == "queued attempt=1");
 }
 
-TEST_CASE("a sweep round ends cancel-requested and expired queued jobs; its outage is logged once",
-          "[kit][lease][sweep][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  SharedDbSession session(db.conninfo(), "akadzed lease", milliseconds(5000));
-  session.Run([](pg::Connection&) {});  // opened by the lease keeper, which registers first
+TEST_CASE_METHOD(LeaseSessionRounds, "a sweep round ends cancel-requested and expired queued jobs; its outage is "
+                 "logged once", "[kit][lease][sweep][direct]") {
   QueuedSweeper sweeper(session, seconds(1), nullptr, nullptr, clock);
   auto insert = [&](const std::string& columns, const std::string& values) {
     return db.Connect()
@@ -320,18 +328,8 @@ TEST_CASE("a sweep round ends cancel-requested and expired queued jobs; its outa
   CHECK(sweeper.last_round() == clock.Now());
 }
 
-TEST_CASE("a progress round writes what running jobs reported into their meta, once, and nothing "
-          "while the lease is lost", "[kit][lease][progress][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  RunningJobs running;
-  WorkerConfig timings;
-  timings.heartbeat_interval_us = 1'000'000;
-  timings.heartbeat_ttl_us = 10'000'000;
-  const std::int64_t span_us = 6'000'000;
-  WorkerIdentity me{RandomUuid(), "host", 1, {"default"}};
-  LeaseKeeper keeper(db.conninfo(), me, timings, span_us, milliseconds(5000), running, nullptr, clock);
+TEST_CASE_METHOD(LeaseRounds, "a progress round writes what running jobs reported into their meta, once, and "
+                 "nothing while the lease is lost", "[kit][lease][progress][direct]") {
   ProgressWriter writer(keeper.session(), keeper, running, seconds(1), clock);
   keeper.Register();
   const std::int64_t job = db.Connect()
@@ -357,7 +355,7 @@ TEST_CASE("a progress round writes what running jobs reported into their meta, o
 
   // The lease ran out: the old id's jobs are being stopped; nothing is written.
   REQUIRE(progress.Report({0.5, std::nullopt}).empty());
-  clock.Advance(microseconds(span_us));
+  clock.Advance(microseconds(kSpanUs));
   REQUIRE(keeper.ExpireLeaseIfDue());
   writer.RunRound();
   CHECK(meta() == R"({"rows": 10, "progress": 0.25})");
@@ -365,13 +363,8 @@ TEST_CASE("a progress round writes what running jobs reported into their meta, o
   CHECK_FALSE(Has(logs.Take(), "progress_failed"));
 }
 
-TEST_CASE("a finish-count round adds the finisher's counts to queue_minutes, and puts them back when "
-          "the database is away", "[kit][lease][status][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
-  SharedDbSession session(db.conninfo(), "akadzed lease", milliseconds(5000));
-  session.Run([](pg::Connection&) {});  // opened by the lease keeper, which registers first
+TEST_CASE_METHOD(LeaseSessionRounds, "a finish-count round adds the finisher's counts to queue_minutes, and puts "
+                 "them back when the database is away", "[kit][lease][status][direct]") {
   FinishTally tally;
   FinishCountWriter writer(session, tally, seconds(1), clock);
   auto counted = [&] {
@@ -428,12 +421,9 @@ std::string StateOf(pg::Connection& c, std::int64_t id) {
   return std::string(c.exec("SELECT state FROM akadze.jobs WHERE id = $1", pg::Params().add(id)).text(0, 0));
 }
 
-TEST_CASE("finisher rounds on a hand-moved clock: a batch waits out its delay from its first finish, a "
-          "failed write retries after the backoff, and past the stop's deadline the rest is given up",
-          "[kit][finish][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
+TEST_CASE_METHOD(Rounds, "finisher rounds on a hand-moved clock: a batch waits out its delay from its first "
+                 "finish, a failed write retries after the backoff, and past the stop's deadline the rest is "
+                 "given up", "[kit][finish][direct]") {
   MetricsRegistry registry;
   WorkerMetrics metrics(registry, {"default"});
   FinisherOptions options;
@@ -515,12 +505,9 @@ class QuickHandler final : public JobHandler {
   const char* kind() const override { return "test"; }
 };
 
-TEST_CASE("claim rounds on a hand-moved clock: a round claims up to the free slots and hands the jobs to "
-          "the executor pool, the next is due within the poll interval, a failed one backs off",
-          "[kit][claim][direct]") {
-  RenamableDb db;
-  LogCapture logs;
-  test::ManualClock clock;
+TEST_CASE_METHOD(Rounds, "claim rounds on a hand-moved clock: a round claims up to the free slots and hands "
+                 "the jobs to the executor pool, the next is due within the poll interval, a failed one backs "
+                 "off", "[kit][claim][direct]") {
   MetricsRegistry registry;
   WorkerMetrics metrics(registry, {"default"});
   RunningJobs running;
@@ -601,6 +588,114 @@ TEST_CASE("claim rounds on a hand-moved clock: a round claims up to the free slo
   CHECK(round.kind == ClaimRoundResult::Kind::kClaimed);
   CHECK(round.jobs == 0);
   CHECK(Has(logs.Take(), "info claim_recovered queue=default failures=2 outage_ms=3000"));
+}
+
+TEST_CASE_METHOD(Rounds, "notify listener rounds: LISTEN wakes every queue once, a notification wakes its "
+                 "queue, a broken connection is an outage logged once, and a later round listens again",
+                 "[kit][listen][direct]") {
+  std::vector<std::string> woken;
+  NotifyListener listener(db.conninfo(), [&](const std::string& queue) { woken.push_back(queue); }, clock);
+  ListenRound round = listener.Round(0);
+  CHECK(round.kind == ListenRound::Kind::kListening);
+  CHECK(woken == std::vector<std::string>{""});  // anything enqueued before: every queue
+  CHECK(Has(logs.Take(), "info listen channel=akadze_jobs"));
+
+  db.Connect().exec("NOTIFY akadze_jobs, 'reports'");
+  int notifications = 0;  // each round returns once the socket has something
+  for (int i = 0; i < 10 && notifications == 0; ++i) notifications += listener.Round(10'000).notifications;
+  CHECK(notifications == 1);
+  CHECK(woken == std::vector<std::string>{"", "reports"});
+  CHECK(listener.Round(0).notifications == 0);  // nothing more, no wait
+
+  // The server ends the session: the next rounds read the end of the
+  // connection (the server's last words first, maybe).
+  db.TakeAway();
+  for (int i = 0; i < 10 && round.kind != ListenRound::Kind::kFailed; ++i) round = listener.Round(10'000);
+  REQUIRE(round.kind == ListenRound::Kind::kFailed);
+  CHECK(round.retry_in >= milliseconds(250));  // 500 ms, jittered
+  CHECK(round.retry_in <= milliseconds(750));
+  CHECK(Has(logs.Take(), "warning listen_failed | "));
+  round = listener.Round(0);  // cannot connect
+  CHECK(round.kind == ListenRound::Kind::kFailed);
+  CHECK(round.retry_in >= milliseconds(500));  // doubled
+  CHECK(Has(logs.Take(), "debug listen_failed | "));  // the outage is logged once
+  db.GiveBack();
+  clock.Advance(seconds(3));
+  round = listener.Round(0);
+  CHECK(round.kind == ListenRound::Kind::kListening);
+  CHECK(Has(logs.Take(), "info listen_recovered channel=akadze_jobs failures=2 outage_ms=3000"));
+  CHECK(woken == std::vector<std::string>{"", "reports", ""});  // what came meanwhile: every queue
+}
+
+TEST_CASE_METHOD(Rounds, "database gauge rounds: a read serves scrapes while younger than max_age by the "
+                 "clock; reads that start or stop failing are logged once", "[kit][metrics][direct]") {
+  db.Connect().exec("INSERT INTO akadze.jobs (task, queue) SELECT 't', 'default' FROM generate_series(1, 3)");
+  DbGauges gauges(db.conninfo(), {"default", "empty"}, {.max_age = milliseconds(1000)}, clock);
+  const auto scrape = [&] {
+    ExpositionWriter out;
+    gauges.Write(out);
+    return out.Take();
+  };
+  CHECK(Has(scrape(), "akadzed_database_up 0"));  // no read yet, and no thread to make one
+
+  gauges.ReadRound();
+  std::string text = scrape();
+  CHECK(Has(text, "akadzed_database_up 1"));
+  CHECK(Has(text, "akadzed_ready 1"));
+  CHECK(Has(text, "akadzed_jobs{queue=\"default\",state=\"queued\"} 3"));
+  CHECK(Has(text, "akadzed_jobs{queue=\"empty\",state=\"queued\"} 0"));
+  CHECK_FALSE(gauges.NotReady().has_value());
+  clock.Advance(milliseconds(1000));
+  CHECK(Has(scrape(), "akadzed_database_up 1"));  // max_age old: still served
+  clock.Advance(milliseconds(1));
+  CHECK(Has(scrape(), "akadzed_database_up 0"));  // older: a new read is needed
+  CHECK(logs.Take().empty());
+
+  db.TakeAway();
+  gauges.ReadRound();
+  CHECK(Has(logs.Take(), "warning metrics_database_failed | "));
+  CHECK(Has(scrape(), "akadzed_database_up 0"));
+  CHECK(gauges.NotReady().has_value());
+  gauges.ReadRound();
+  CHECK(logs.Take().empty());  // once, not once per read
+  db.GiveBack();
+  gauges.ReadRound();
+  CHECK(Has(logs.Take(), "info metrics_database_ok"));
+  CHECK(Has(scrape(), "akadzed_database_up 1"));
+  CHECK_FALSE(gauges.NotReady().has_value());
+}
+
+TEST_CASE_METHOD(Rounds, "periodic scheduler rounds: a due fire enqueues one job, the next round none; a "
+                 "failed round retries after about a second, its outage measured on the clock",
+                 "[kit][periodic][direct]") {
+  PeriodicConfig entry;
+  entry.name = "hourly";
+  entry.task = "t";
+  entry.schedule = Schedule::Every("1h");
+  entry.grace_us = 2LL * 3600 * 1'000'000;  // the last hour's fire is always within it
+  PeriodicScheduler scheduler(db.conninfo(), milliseconds(5000), {entry}, clock);
+  const auto jobs = [&] { return db.Connect().exec("SELECT count(*) FROM akadze.jobs WHERE task = 't'").int64(0, 0); };
+
+  ServiceClock::time_point next = scheduler.Round();
+  CHECK(Has(logs.Take(), "info periodic_enqueued name=hourly fire_at="));
+  CHECK(jobs() == 1);
+  CHECK(next - clock.Now() >= milliseconds(10));  // the next round within a second
+  CHECK(next - clock.Now() <= seconds(1));
+  scheduler.Round();
+  CHECK(jobs() == 1);  // this fire is done
+  CHECK_FALSE(Has(logs.Take(), "periodic_enqueued"));
+
+  // An hour later by the clock the next fire is due; the database is away.
+  db.TakeAway();
+  clock.Advance(std::chrono::hours(1));
+  next = scheduler.Round();
+  CHECK(Has(logs.Take(), "warning periodic_failed | "));
+  CHECK(next - clock.Now() >= milliseconds(500));  // 1 s, jittered
+  CHECK(next - clock.Now() <= milliseconds(1500));
+  db.GiveBack();
+  clock.Advance(seconds(2));
+  scheduler.Round();
+  CHECK(Has(logs.Take(), "info periodic_recovered failures=1 outage_ms=2000"));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// FileTrustProblem (plugin/file_trust.h): which files and directories the
+// FileTrustProblem (plugin_loader/file_trust.h): which files and directories the
 // daemon refuses to load or execute, and how it says why.
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "plugin/file_trust.h"
+#include "plugin_loader/file_trust.h"
 
 namespace akadzed {
 namespace {

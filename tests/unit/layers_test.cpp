@@ -2,13 +2,13 @@
 // every room has a floor, and a file may include a header of another room
 // only when that room is on a lower floor. So no two rooms include each
 // other, directly or through others, and a new room must be given a floor
-// here before it compiles into the daemon unnoticed. The check reads the
+// in daemon/rooms.txt before it compiles into the daemon unnoticed. The check reads the
 // sources' `#include "room/file.h"` lines, as logging_test.cpp reads log
 // calls; it is a unit test, so it runs in every CI step that runs
 // unit_tests. A second check reads the sources' string literals: SQL on
-// akadze.* is written in the job store (store/), the claim (claim/) and the
-// migrations runner (schema/) only. A third reads their code for the
-// service kit's rules: every mutex is the annotated Mutex of
+// akadze.* is written in the job store (store/), the claim (claim/), the
+// migrations runner (schema/) and the sample rows (sample_rows/) only. A
+// third reads their code for the service kit's rules: every mutex is the annotated Mutex of
 // core/thread_annotations.h (clang checks what it guards), and no thread
 // sleeps where it could wait on a condition.
 #include <catch2/catch.hpp>
@@ -22,6 +22,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,47 +31,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The floors, bottom up. The same table is drawn in docs/architecture.md.
+// daemon/ of this source tree.
+fs::path DaemonDir() { return fs::path(__FILE__).parent_path().parent_path().parent_path() / "daemon"; }
+
+// The floors, from daemon/rooms.txt ("<floor> <room> <what it holds>" a
+// line, '#' comments): the file scripts/room-table draws
+// docs/architecture.md's room table from.
 const std::map<std::string, int>& Floors() {
-  static const std::map<std::string, int> floors = {
-      // Values and rules that need nothing: durations, redaction, job states,
-      // the claimed job, configuration errors; the plugin ABI header.
-      {"core", 0},
-      {"include", 0},
-      {"plugins", 0},  // the example plugin: the ABI only
-      // libpq: connections, typed errors, transactions, parameters.
-      {"pg", 1},
-      // Runtime support for every loop: logging, database sessions, outage
-      // log, backoff, loop health, systemd notify. The schema, the embedded
-      // throwaway PostgreSQL. The job store: all SQL on akadze.* but the
-      // claim's and the migrations', with the one job row reader.
-      {"runtime", 2},
-      {"schema", 2},
-      {"embedded", 2},
-      {"store", 2},
-      // The claim (planner, window reads, key locks, the transaction; it
-      // reads job rows through the store); the plugin loader and file trust;
-      // periodic schedules and their scheduler.
-      {"claim", 3},
-      {"plugin", 3},
-      {"periodic", 3},
-      // The priority lesson (runs claims), handlers, transition hooks,
-      // metrics.
-      {"lesson", 4},
-      {"handlers", 4},
-      {"hooks", 4},
-      {"metrics", 4},
-      // The status page and its JSON (the store's reads, served on the
-      // metrics listener through core/http_exchange.h).
-      {"web", 4},
-      // The YAML file, parsed into the options structs of the rooms below.
-      {"config", 5},
-      // The daemon's threads and its lifecycle: the one place besides the
-      // CLI that wires rooms together.
-      {"worker", 6},
-      {"cli", 7},
-      {"main.cpp", 8},
-  };
+  static const std::map<std::string, int> floors = [] {
+    std::map<std::string, int> read;
+    std::ifstream in(DaemonDir() / "rooms.txt");
+    std::string line;
+    while (std::getline(in, line)) {
+      const std::size_t first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] == '#') continue;
+      std::istringstream words(line);
+      int floor = 0;
+      std::string room;
+      if (words >> floor >> room) read[room] = floor;
+    }
+    return read;
+  }();
   return floors;
 }
 
@@ -79,9 +60,6 @@ struct Violation {
   std::string include;
   std::string why;
 };
-
-// daemon/ of this source tree.
-fs::path DaemonDir() { return fs::path(__FILE__).parent_path().parent_path().parent_path() / "daemon"; }
 
 // The room of a path relative to daemon/: its first component.
 std::string RoomOf(const fs::path& relative) { return relative.begin()->string(); }
@@ -179,13 +157,18 @@ TEST_CASE("the checker finds an include of a room above, of a room on the same f
 TEST_CASE("no room of daemon/ includes a room on its own floor or above", "[layers]") {
   const fs::path daemon = DaemonDir();
   REQUIRE(fs::is_directory(daemon / "claim"));
+  // daemon/rooms.txt was read: the bottom and the top of the house.
+  REQUIRE(Floors().count("core") == 1);
+  CHECK(Floors().at("core") == 0);
+  CHECK(Floors().at("main.cpp") == 8);
   CheckNone(LayerViolations(daemon));
 }
 
-// The rooms whose files may hold SQL on akadze.*: the job store, the claim
-// and the migrations runner (docs/architecture.md, "Rooms and layers").
+// The rooms whose files may hold SQL on akadze.*: the job store, the claim,
+// the migrations runner and the demos' and the lesson's sample rows
+// (docs/architecture.md, "Rooms and layers").
 const std::set<std::string>& SqlRooms() {
-  static const std::set<std::string> rooms = {"store", "claim", "schema"};
+  static const std::set<std::string> rooms = {"store", "claim", "schema", "sample_rows"};
   return rooms;
 }
 
@@ -346,8 +329,8 @@ TEST_CASE("the claim planner stays pure: no libpq, clock or config", "[layers]")
 // Every use, outside comments, of a lock clang's analysis cannot see (the
 // standard library's mutexes, locks and conditions, which only
 // core/thread_annotations.h wraps) or of a polling sleep (the kit's
-// ServiceLoop::Sleep and Wait end on the stop; the example plugin's job
-// sleeps on purpose) in the sources under `daemon`.
+// ServiceLoop::Sleep and Wait end on the stop; the example plugin, whose job
+// sleeps on purpose, is not under daemon/) in the sources under `daemon`.
 std::vector<Violation> KitRuleViolations(const fs::path& daemon) {
   static const std::regex unannotated(
       R"re(\bstd::(mutex|recursive_mutex|timed_mutex|shared_mutex|shared_timed_mutex|lock_guard|)re"
@@ -356,7 +339,6 @@ std::vector<Violation> KitRuleViolations(const fs::path& daemon) {
   std::vector<Violation> violations;
   for (const fs::path& relative : Sources(daemon)) {
     const bool wrapper = relative == fs::path("core/thread_annotations.h");
-    const bool plugin = RoomOf(relative) == "plugins";
     std::ifstream in(daemon / relative);
     std::string line;
     while (std::getline(in, line)) {
@@ -366,7 +348,7 @@ std::vector<Violation> KitRuleViolations(const fs::path& daemon) {
         violations.push_back({relative.string(), m[0].str(),
                               "use Mutex, MutexLock or CondVar (core/thread_annotations.h)"});
       }
-      if (!plugin && std::regex_search(code, m, sleep)) {
+      if (std::regex_search(code, m, sleep)) {
         violations.push_back({relative.string(), m[0].str(),
                               "wait on a condition (ServiceLoop's Wait or Sleep) instead"});
       }
@@ -380,17 +362,18 @@ TEST_CASE("the kit rules checker finds unannotated locks and sleeps, not comment
   ScratchTree tree;
   tree.Write("core/thread_annotations.h", "  std::mutex mu_;\n  std::condition_variable cv_;\n");
   tree.Write("worker/a.cpp", "// std::mutex in a comment; sleep_for(1ms) too\nMutex mu_;\n");
-  tree.Write("plugins/p.c", "nanosleep(&ts, NULL);\n");
   REQUIRE(KitRuleViolations(tree.root()).empty());
 
   tree.Write("runtime/b.cpp", "  std::mutex mu;\n  std::lock_guard lock(mu);\n");
   tree.Write("metrics/c.cpp", "    std::this_thread::sleep_for(std::chrono::milliseconds(1));\n");
+  tree.Write("handlers/p.c", "nanosleep(&ts, NULL);\n");
   std::set<std::string> found;
   for (const Violation& v : KitRuleViolations(tree.root())) found.insert(v.file + ": " + v.include);
   CHECK(found == std::set<std::string>{
                      "runtime/b.cpp: std::mutex",
                      "runtime/b.cpp: std::lock_guard",
                      "metrics/c.cpp: sleep_for(",
+                     "handlers/p.c: nanosleep(",
                  });
 }
 

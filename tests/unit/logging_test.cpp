@@ -289,6 +289,7 @@ TEST_CASE("every log call in the daemon's sources follows the message grammar", 
   static const std::regex kCall(R"(spdlog::(trace|debug|info|warn|error|critical|log)\()");
   static const std::regex kPlaceholder(R"(\{[^{}]*\})");
   static const std::regex kWord(R"([a-z_]+)");
+  static const std::regex kDutyEvent("\x01_[a-z_]+");
   static const std::regex kField(R"(([a-z_]+)=(\S+))");
   int calls = 0;
   for (const auto& entry : fs::recursive_directory_iterator(root / "daemon")) {
@@ -324,8 +325,15 @@ TEST_CASE("every log call in the daemon's sources follows the message grammar", 
         const std::string token = head.substr(pos, end - pos);
         pos = end + 1;
         if (first) {
-          CHECK(std::regex_match(token, kWord));
           first = false;
+          // A PeriodicService's lines (runtime/periodic_service.cpp) take
+          // their duty's name, a word its constructor checks, as the
+          // event's prefix: "{}_failed" with duty_.name.
+          if (std::regex_match(token, kDutyEvent) && !args.empty() && args[0] == "duty_.name") {
+            ordinal = 1;
+            continue;
+          }
+          CHECK(std::regex_match(token, kWord));
           continue;
         }
         std::smatch m;

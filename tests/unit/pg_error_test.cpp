@@ -51,5 +51,14 @@ TEST_CASE("pg_error: ErrorKindOf sorts every class, most derived first, and anyt
   CHECK(std::string(ErrorKindName(ErrorKind::kRowFault)) == "row_fault");
 }
 
+TEST_CASE("pg_error: SqlStateOf reads a PgError's SQLSTATE through an exception_ptr, and \"\" for anything "
+          "else", "[pg_error]") {
+  CHECK(SqlStateOf(std::make_exception_ptr(TransientError("x", "55P03"))) == "55P03");
+  CHECK(SqlStateOf(std::make_exception_ptr(InDoubtError("x", ""))).empty());
+  CHECK(SqlStateOf(std::make_exception_ptr(RowFaultError("x", "23514"))) == "23514");
+  CHECK(SqlStateOf(std::make_exception_ptr(std::runtime_error("55P03"))).empty());
+  CHECK(SqlStateOf(nullptr).empty());
+}
+
 }  // namespace
 }  // namespace akadzed::pg

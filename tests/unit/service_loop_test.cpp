@@ -1,7 +1,8 @@
 // The service kit (runtime/service_loop.h): how RoundGuard sorts a failed
 // round (outage, COMMIT in doubt, SQL error, other), the level each is
 // logged at, the backoff, the outage measured on an injected clock; and
-// ServiceLoop's start, stop, waits and last round.
+// ServiceLoop's start, stop, waits and last round; PeriodicService's guarded
+// round (runtime/periodic_service.h).
 #include <catch2/catch.hpp>
 
 #include <poll.h>
@@ -9,12 +10,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "pg/pg_error.h"
+#include "runtime/periodic_service.h"
 #include "runtime/service_loop.h"
+#include "support/log_capture.h"
 #include "support/manual_clock.h"
 
 namespace akadzed {
@@ -24,7 +30,7 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 RoundGuard Guard(const ServiceClock& clock) {
-  return RoundGuard(clock, RetryBackoff(milliseconds(100), milliseconds(400)));
+  return RoundGuard(clock, LoopBackoff(milliseconds(100), milliseconds(400)));
 }
 
 TEST_CASE("RoundGuard sorts failures and logs an outage once", "[kit]") {
@@ -126,6 +132,69 @@ TEST_CASE("ServiceLoop: a stop wakes every wait, the stop fd and joins the threa
   CHECK(poll(&fd, 1, 0) == 1);
   CHECK(loop.stop_requested());
   loop.Stop();  // idempotent
+}
+
+// A service whose rounds do what the test says next: throw, send nothing,
+// or work.
+class ScriptedService final : public PeriodicService {
+ public:
+  ScriptedService(Duty duty, const ServiceClock& clock) : PeriodicService(std::move(duty), clock) {}
+  ~ScriptedService() override { Stop(); }
+  std::exception_ptr next_error;
+  bool next_sent = true;
+
+ private:
+  bool Round() override {
+    if (next_error) std::rethrow_exception(std::exchange(next_error, nullptr));
+    return next_sent;
+  }
+};
+
+TEST_CASE("PeriodicService: a guarded round logs <duty>_failed capped at its level, calls on_failure, "
+          "ends an outage with <duty>_recovered, says nothing when it sent nothing, and marks each round",
+          "[kit]") {
+  test::LogCapture logs;
+  test::ManualClock clock;
+  std::vector<RoundFailureKind> failures;
+  ScriptedService service({.name = "counts", .thread = "counts", .interval = milliseconds(100),
+                           .level_cap = spdlog::level::warn,
+                           .on_failure = [&](const RoundFailure& f) { failures.push_back(f.kind); }},
+                          clock);
+
+  service.next_error = std::make_exception_ptr(pg::SqlError("permission denied", "42501"));
+  service.RunRound();
+  CHECK(logs.Take() == "warning counts_failed | permission denied\n");  // error, capped at warn
+  service.next_error = std::make_exception_ptr(pg::ConnectionError("server gone", "08006"));
+  service.RunRound();
+  CHECK(logs.Take() == "warning counts_failed | server gone\n");
+  clock.Advance(milliseconds(250));
+  service.next_error = std::make_exception_ptr(pg::ConnectionError("server gone", "08006"));
+  service.RunRound();
+  CHECK(logs.Take() == "debug counts_failed | server gone\n");  // the outage is logged once
+  CHECK(failures == std::vector<RoundFailureKind>{RoundFailureKind::kSqlError, RoundFailureKind::kOutage,
+                                                   RoundFailureKind::kOutage});
+
+  clock.Advance(milliseconds(250));
+  service.next_sent = false;
+  service.RunRound();  // sent nothing: no success counted, nothing said
+  CHECK(logs.Take().empty());
+  CHECK(service.last_round() == clock.Now());
+  clock.Advance(milliseconds(500));
+  service.next_sent = true;
+  service.RunRound();
+  CHECK(logs.Take() == "info counts_recovered failures=2 outage_ms=1000\n");
+  CHECK(service.last_round() == clock.Now());
+  service.RunRound();
+  CHECK(logs.Take().empty());
+}
+
+TEST_CASE("PeriodicService: a duty's name is a word of [a-z_], the log lines' event prefix", "[kit]") {
+  test::ManualClock clock;
+  const auto make = [&](const std::string& name) { ScriptedService service({.name = name, .thread = "x"}, clock); };
+  CHECK_THROWS_AS(make("finish counts"), std::invalid_argument);
+  CHECK_THROWS_AS(make("Finish"), std::invalid_argument);
+  CHECK_THROWS_AS(make(""), std::invalid_argument);
+  CHECK_NOTHROW(make("finish_counts"));
 }
 
 }  // namespace

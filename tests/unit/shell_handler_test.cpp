@@ -692,5 +692,14 @@ TEST_CASE("many threads run jobs at once, each seeing only its own pipes", "[she
   CHECK(OpenFdCount() == before);
 }
 
+TEST_CASE("shell: AKADZE_ATTEMPT of a job claimed with attempt at its maximum is 2147483647, not an "
+          "overflow", "[shell]") {
+  LogCapture log;
+  ClaimedJob job = Job(43);
+  job.attempt = 2147483647;
+  REQUIRE(RunOnce(Sh("echo \"$AKADZE_ATTEMPT\""), job).kind == OutcomeKind::kSuccess);
+  CHECK(Stdout(log, 43) == std::vector<std::string>{"2147483647"});
+}
+
 }  // namespace
 }  // namespace akadzed

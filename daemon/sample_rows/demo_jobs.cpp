@@ -1,4 +1,4 @@
-#include "store/demo_jobs.h"
+#include "sample_rows/demo_jobs.h"
 
 #include "pg/params.h"
 

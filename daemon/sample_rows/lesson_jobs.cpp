@@ -1,4 +1,4 @@
-#include "store/lesson_jobs.h"
+#include "sample_rows/lesson_jobs.h"
 
 #include "pg/params.h"
 #include "pg/transaction.h"

@@ -1,4 +1,4 @@
-#include "plugin/loaded_plugin.h"
+#include "plugin_loader/loaded_plugin.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -16,7 +16,7 @@
 
 #include "core/redact.h"
 #include "core/thread_annotations.h"
-#include "plugin/file_trust.h"
+#include "plugin_loader/file_trust.h"
 #include "runtime/log_line.h"
 
 namespace akadzed {

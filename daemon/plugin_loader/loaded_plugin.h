@@ -16,7 +16,7 @@
 
 #include <akadzed/plugin.h>
 
-#include "plugin/plugin_config.h"
+#include "plugin_loader/plugin_config.h"
 
 namespace akadzed {
 

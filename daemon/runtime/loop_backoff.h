@@ -4,6 +4,10 @@
 // a failover) do not all come back at the same instant. Reset() after a
 // success starts the next outage from `initial` again.
 //
+// It paces a loop's retries (RoundGuard), not a job's: the delay before a
+// failed job runs again is akadze's rule, RetryBackoffSeconds in
+// store/job_finish.h.
+//
 // Thread-safety: owned and used by one thread.
 #pragma once
 
@@ -13,12 +17,12 @@
 
 namespace akadzed {
 
-class RetryBackoff {
+class LoopBackoff {
  public:
   using Duration = std::chrono::microseconds;
 
   // Requires 0 < initial <= cap.
-  RetryBackoff(Duration initial, Duration cap) : initial_(initial), cap_(cap), current_(initial) {}
+  LoopBackoff(Duration initial, Duration cap) : initial_(initial), cap_(cap), current_(initial) {}
 
   // The wait before the next retry; doubles the one after it (up to cap).
   Duration Next() {

@@ -1,4 +1,4 @@
-#include "plugin/file_trust.h"
+#include "plugin_loader/file_trust.h"
 
 #include <pwd.h>
 #include <sys/stat.h>
