@@ -125,7 +125,9 @@ namespace {
 // grows only with the jobs of workers that died or stopped during the
 // hold. Each candidate is then found by id through jobs_pkey (`IS NOT
 // FALSE`: no partial index) and checked with the predicate above, under the
-// caller's lock.
+// caller's lock; the caller's UPDATE finds its rows by id the same way
+// (spelled `state = 'running'`, a plan costed on live rows joined through
+// all of jobs_running_worker_idx instead).
 constexpr const char* kLostSql =
     "SELECT j.id, j.worker_id FROM akadze.jobs j LEFT JOIN akadze.workers w ON w.id = j.worker_id"
     "  WHERE j.id = ANY(ARRAY("
@@ -181,7 +183,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       "   errors = {1},"
       "   finished_at = CASE WHEN {0} = 'queued' THEN NULL ELSE now() END,"
       "   worker_id = CASE WHEN {0} = 'queued' THEN NULL ELSE j.worker_id END"
-      "  FROM lost WHERE j.id = lost.id AND j.state = 'running'"
+      "  FROM lost WHERE j.id = lost.id AND (j.state = 'running') IS NOT FALSE"
       "  RETURNING j.id, COALESCE(lost.worker_id::text, '') AS lost_worker, j.state,"
       "   j.meta ->> 'traceparent' AS traceparent)"
       " SELECT id, lost_worker, state, traceparent FROM rescued ORDER BY id",
@@ -238,7 +240,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
                 AppendErrorSql("j.errors", "'Unprocessable'",
                                "'the rescue could not record this job (SQLSTATE ' || $4 || ')'") +
                 " FROM (" + kLostSql + " FOR UPDATE OF j SKIP LOCKED) lost"
-                " WHERE j.id = lost.id AND j.state = 'running'"
+                " WHERE j.id = lost.id AND (j.state = 'running') IS NOT FALSE"
                 " RETURNING j.id, COALESCE(lost.worker_id::text, ''), j.state, j.meta ->> 'traceparent'",
             pg::Params().add(ttl_us).add_array(refused).add_array(std::vector<std::int64_t>{job.id})
                 .add(*job.failed_with));
