@@ -50,7 +50,7 @@ std::string KeyCountsSql(const std::string& keys_sql, const std::string& floors_
          "       ELSE (SELECT count(*) FROM akadze.limit_starts s"
          "       WHERE s.key = k.key AND s.started_at > now() - k.starts_window"
          "         AND s.started_at <= now() + k.starts_window + interval '1 minute') END AS starts,"
-         "  r.ids, pg_current_snapshot()::text"
+         "  r.ids, " + std::string(kFloorSnapshotSql) +
          " FROM (" + ApplicableLimitsSql(keys_sql) + ") k"
          " CROSS JOIN LATERAL (SELECT f IS NOT NULL AS has, (f ->> 'x')::xid8 AS from_xid,"
          "   ARRAY(SELECT jsonb_array_elements_text(f -> 'i')::int8) AS pinned"

@@ -467,7 +467,7 @@ pg::Statement DeadEntriesStatement() {
 
 pg::Statement FloorSnapshotStatement() {
   Statement st;
-  st.sql = "SELECT pg_current_snapshot()::text, pg_postmaster_start_time()::text, " + RunAtMicros("now()");
+  st.sql = "SELECT " + std::string(kFloorSnapshotSql) + ", pg_postmaster_start_time()::text, " + RunAtMicros("now()");
   return st;
 }
 

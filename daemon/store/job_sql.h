@@ -44,6 +44,18 @@ inline constexpr const char* kReadyByIdSql = "(state = 'queued') IS NOT FALSE" A
 // `(state = 'running') IS NOT FALSE`: no partial index, jobs_pkey.
 inline constexpr const char* kRunningWithKeySql = "(state = 'running') IS TRUE AND limit_key IS NOT NULL";
 
+// The snapshot a claim floor records (claim/claim_floor.h), as pg_snapshot
+// text, with the transaction's own id among those in progress when it has
+// one. A snapshot never lists its own transaction, and its xmax may be past
+// it, so what the transaction writes after the snapshot (a claim planned
+// again in its transaction after it locked rows; a before-commit hook)
+// would look seen by it, and a floor would skip it: a job this claim made
+// running left out of its key's next count (found in review: a max_running
+// of 2 counted 1).
+inline constexpr const char* kFloorSnapshotSql =
+    "(SELECT o.s || CASE WHEN o.x IS NULL THEN '' WHEN o.s LIKE '%:' THEN o.x::text ELSE ',' || o.x::text END"
+    " FROM (SELECT pg_current_snapshot()::text AS s, pg_current_xact_id_if_assigned() AS x) o)";
+
 // Settings local to a transaction whose statements each read a few rows of
 // akadze.jobs through an index (a claim, a finish): no table scan, hash or
 // merge join, so a plan joins row by row through an index. A generic plan

@@ -15,6 +15,7 @@
 
 #include "store/limits_table.h"
 #include "claim/claim_transaction.h"
+#include "claim/key_locks.h"
 #include "pg/transaction.h"
 #include "support/daemon_process.h"
 #include "support/reference_claim.h"
@@ -103,6 +104,39 @@ TEST_CASE("while a snapshot holds the horizon, a claim with its queue's floor st
   CHECK(next.rows_below_floor == 1);
   CHECK(next.dead_index_entries == 0);
   held.rollback();
+}
+
+// A running floor (docs/claim.md, "Running floors") recorded by a count in
+// a transaction that already has its own id: rows that transaction makes
+// running after the count carry its id, which its snapshot never lists
+// (and whose xmax may be past it). The next count must still find them.
+// Reached by a claim planned again in its transaction after it locked
+// rows, and by a before-commit hook; found in review.
+TEST_CASE("a running floor recorded in a transaction with an id counts what it makes running after",
+          "[claim][floor][limits]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection other = pg::Connection::Open(db);
+  SetLimit(conn, LimitRow{"k", 5, std::nullopt, std::nullopt});
+  conn.exec("INSERT INTO akadze.jobs (task, queue, state, limit_key, run_count, started_at)"
+            " VALUES ('t', 'q', 'running', 'k', 1, now())");
+  const std::int64_t queued = Enqueue(conn, "k");
+  RunningFloors floors;
+  {
+    pg::Transaction tx(conn);
+    tx.exec("SELECT pg_current_xact_id()");
+    // Transactions that end after this one took its id: the count's
+    // snapshot's xmax goes past it.
+    for (int i = 0; i < 3; ++i) other.exec("SELECT pg_current_xact_id()");
+    CHECK(CountKeys(tx, {"k"}, &floors).at("k").allowed == 4);
+    REQUIRE(floors.contains("k"));
+    tx.exec("UPDATE akadze.jobs SET state = 'running', run_count = 1, started_at = now() WHERE id = $1",
+            pg::Params().add(queued));
+    tx.commit();
+  }
+  pg::Transaction tx(conn);
+  CHECK(CountKeys(tx, {"k"}, &floors).at("k").allowed == 3);
+  CHECK(CountKeys(tx, {"k"}, nullptr).at("k").allowed == 3);
 }
 
 TEST_CASE("max_running=1: one running, the second waits, a keyless job is claimed",
