@@ -61,14 +61,14 @@ const std::string& SweepSql() {
 const std::string kSweepPlansSql =
     std::string("SELECT ") + kIndexLookupPlansSql + ", set_config('enable_sort', 'off', true)";
 
-// The sweep with its plan settings, pipelined with it in a transaction of
+// `sql` with the plan settings, pipelined with them in a transaction of
 // its own (one round trip). In the hooks' transaction (`hooked`) it plans
 // as the server says, as a hooked claim does: the settings would reach the
 // hooks' own statements.
-pg::Result RunSweep(pg::Connection& conn, bool hooked, const pg::Params& params) {
-  if (hooked) return conn.exec(SweepSql(), params);
+pg::Result RunPlanned(pg::Connection& conn, bool hooked, const std::string& sql, const pg::Params& params) {
+  if (hooked) return conn.exec(sql, params);
   pg::Transaction tx(conn, "BEGIN", pg::Transaction::Begin::kWithFirstStatement);
-  const pg::PipelinedStatement statements[] = {{kSweepPlansSql}, {SweepSql(), &params, true}};
+  const pg::PipelinedStatement statements[] = {{kSweepPlansSql}, {sql, &params, true}};
   return std::move(tx.end_after(statements, true).back());
 }
 
@@ -102,7 +102,7 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
       } else {
         params.add(std::optional<std::string>());
       }
-      return RunSweep(conn, hooked, params);
+      return RunPlanned(conn, hooked, SweepSql(), params);
     }));
   };
   std::vector<SweptJob> swept;
@@ -112,7 +112,8 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
       [&] {
         std::vector<std::int64_t> left = exclude;
         left.insert(left.end(), refused.begin(), refused.end());
-        pg::Result candidates = conn.exec(
+        pg::Result candidates = RunPlanned(
+            conn, false,
             "(SELECT id FROM akadze.jobs WHERE state = 'queued' AND cancel_requested_at IS NOT NULL"
             "   AND id <> ALL($2::int8[]) ORDER BY id LIMIT $1::int)"
             " UNION"

@@ -201,8 +201,10 @@ TEST_CASE("sweep: under a held horizon it reads no entry of the claim indexes", 
             " (SELECT id FROM akadze.jobs WHERE (state = 'queued') IS NOT FALSE)");
   const std::int64_t cancel = Insert(conn, "task, queue, cancel_requested_at", "'c', 'q', now()");
   const std::int64_t expired = Insert(conn, "task, queue, limit_key, expires_at", "'e', 'q', 'k', now() - interval '1 s'");
-  // Planned as under a held horizon: the statistics count live rows only.
-  conn.exec("ANALYZE akadze.jobs");
+  // No ANALYZE: on the new table's default estimates the statement before
+  // the fix joined through jobs_claim_key_idx (all 3,002 entries read, as
+  // in the scratch run); on statistics of these live rows it happened not
+  // to, and the fixed one reads none either way.
   // The counts before. No earlier statement read these indexes.
   const std::vector<std::string> claim_indexes = {"akadze.jobs_claim_idx", "akadze.jobs_claim_key_idx"};
   const std::int64_t expires_before = test::IndexTuplesRead(stats, "akadze.jobs_queued_expires_idx");
