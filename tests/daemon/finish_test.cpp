@@ -367,7 +367,7 @@ TEST_CASE("the rescue finds a job of a worker with no row wherever its id sorts"
     db.worker = worker;
     kept.push_back(db.RunningJob());
   }
-  for (const std::string& worker : {"00000000-0000-0000-0000-000000000000", "3fffffff-ffff-4fff-bfff-ffffffffffff",
+  for (const char* worker : {"00000000-0000-0000-0000-000000000000", "3fffffff-ffff-4fff-bfff-ffffffffffff",
                                     "40000000-0000-4000-8000-000000000001", "80000000-0000-4000-8000-000000000000",
                                     "bfffffff-ffff-4fff-bfff-ffffffffffff", "c0000000-0000-4000-8000-000000000001",
                                     "ffffffff-ffff-ffff-ffff-ffffffffffff"}) {
