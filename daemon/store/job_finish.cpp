@@ -10,6 +10,7 @@
 #include "pg/params.h"
 #include "pg/transaction.h"
 #include "store/job_sql.h"
+#include "store/lookup_plans.h"
 
 namespace akadzed {
 
@@ -64,7 +65,7 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
   // planner to a nested loop over every running job of the worker). Not
   // with hooks from `running`, which must see the job succeeded first: then
   // every row is updated, and the deleted ones deleted after the hooks.
-  const bool hooked = hooks && hooks->AnyFrom(JobState::kRunning);
+  const bool hooked = MayFire(hooks, JobState::kRunning);
   const bool any_deleted = std::any_of(requests.begin(), requests.end(),
                                        [](const FinishRequest& r) { return r.DeletesJob(); });
   const bool delete_in_statement = any_deleted && !hooked;
@@ -166,11 +167,7 @@ std::vector<FinishResult> FinishJobs(pg::Connection& conn, const std::string& wo
     // made on the connection's first finish as index lookups (job_sql.h,
     // kIndexLookupPlansSql): in the transaction of the statement, sent with
     // it and its COMMIT.
-    pg::Transaction lookups(conn, "BEGIN", pg::Transaction::Begin::kWithFirstStatement);
-    static const std::string kPlans = std::string("SELECT ") + kIndexLookupPlansSql +
-                                      ", set_config('plan_cache_mode', 'force_generic_plan', true)";
-    const pg::PipelinedStatement statements[] = {{kPlans}, {sql, &params, true}};
-    rows = std::move(lookups.end_after(statements, true).back());
+    rows = ExecAsIndexLookups(conn, ", set_config('plan_cache_mode', 'force_generic_plan', true)", sql, params);
   } else {
     rows = plan == FinishPlan::kPrepared ? conn.exec(sql, params) : conn.exec_replanned(sql, params);
   }

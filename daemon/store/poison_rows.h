@@ -78,7 +78,7 @@ bool IsolatePoisonRows(Batch&& batch, Rows&& rows, Alone&& alone, Poisoned&& poi
 template <typename Statement>
 pg::Result RunWithHooks(pg::Connection& conn, const TransitionListener* hooks, JobState from,
                         std::vector<std::int64_t>& refused, Statement&& statement) {
-  const bool hooked = hooks != nullptr && hooks->AnyFrom(from);
+  const bool hooked = MayFire(hooks, from);
   for (;;) {
     std::optional<pg::Transaction> tx;
     if (hooked) tx.emplace(conn);

@@ -7,8 +7,8 @@
 
 #include "pg/params.h"
 #include "pg/pg_error.h"
-#include "pg/transaction.h"
 #include "store/job_sql.h"
+#include "store/lookup_plans.h"
 #include "store/poison_rows.h"
 
 namespace akadzed {
@@ -29,7 +29,7 @@ namespace {
 // entry of jobs_claim_key_idx to join them, and under a held horizon those
 // are every job that was queued since: 168,000 buffers a sweep after 3
 // minutes at 1,000 jobs/s (docs/claim.md, "Floors"). The plan settings
-// (kSweepPlansSql, not with hooks) keep the expired CTE on
+// (RunPlanned, not with hooks) keep the expired CTE on
 // jobs_queued_expires_idx, the one index in its order: costed on live rows,
 // a scan of a claim index and a sort looked as cheap.
 const std::string& SweepSql() {
@@ -57,19 +57,12 @@ const std::string& SweepSql() {
   return sql;
 }
 
-// Index lookups and no sort, local to the sweep's transaction.
-const std::string kSweepPlansSql =
-    std::string("SELECT ") + kIndexLookupPlansSql + ", set_config('enable_sort', 'off', true)";
-
-// `sql` with the plan settings, pipelined with them in a transaction of
-// its own (one round trip). In the hooks' transaction (`hooked`) it plans
-// as the server says, as a hooked claim does: the settings would reach the
-// hooks' own statements.
+// `sql` as index lookups and without a sort (store/lookup_plans.h). In the
+// hooks' transaction (`hooked`) it plans as the server says, as a hooked
+// claim does: the settings would reach the hooks' own statements.
 pg::Result RunPlanned(pg::Connection& conn, bool hooked, const std::string& sql, const pg::Params& params) {
   if (hooked) return conn.exec(sql, params);
-  pg::Transaction tx(conn, "BEGIN", pg::Transaction::Begin::kWithFirstStatement);
-  const pg::PipelinedStatement statements[] = {{kSweepPlansSql}, {sql, &params, true}};
-  return std::move(tx.end_after(statements, true).back());
+  return ExecAsIndexLookups(conn, ", set_config('enable_sort', 'off', true)", sql, params);
 }
 
 std::vector<SweptJob> ToSwept(const pg::Result& rows) {
@@ -88,7 +81,7 @@ std::vector<SweptJob> SweepQueuedJobs(pg::Connection& conn, int batch,
                                       const TransitionListener* hooks,
                                       const std::vector<std::int64_t>& exclude, SweepSkips* skips) {
   std::vector<std::int64_t> refused;  // by a hook, in this call
-  const bool hooked = hooks != nullptr && hooks->AnyFrom(JobState::kQueued);  // RunWithHooks opens a transaction
+  const bool hooked = MayFire(hooks, JobState::kQueued);  // as RunWithHooks decides
   // One batch (or one job: `only`), with its hooks in its transaction; a
   // job a hook refuses is left out and the batch tried again without it.
   auto sweep = [&](const std::optional<std::int64_t>& only) {

@@ -52,4 +52,10 @@ class TransitionListener {
                     const std::vector<std::int64_t>& job_ids) const = 0;
 };
 
+// Whether `hooks` (null: none) may fire for a change from `from`: the one
+// test of whether a write and its hooks share a transaction.
+inline bool MayFire(const TransitionListener* hooks, JobState from) {
+  return hooks != nullptr && hooks->AnyFrom(from);
+}
+
 }  // namespace akadzed

@@ -222,7 +222,7 @@ ClaimRequest QueueRunner::MakeRequest(int capacity, int& free_slots) {
   request.aging_us = queue_.aging_us;
   request.worker_id = lease_.worker_id();
   request.lease_span_us = lease_.lease_span_us();
-  if (hooks_ && hooks_->AnyFrom(JobState::kQueued)) {
+  if (MayFire(hooks_, JobState::kQueued)) {
     request.before_commit = [this](pg::Connection& c, const std::vector<std::int64_t>& ids) {
       hooks_->Fire(c, JobState::kQueued, ids);
     };
