@@ -116,32 +116,6 @@ void MergeBelowFloor(const WindowRead& read, std::span<const ReadyRow> below, st
   rows = std::move(merged);
 }
 
-std::optional<SnapshotXids> ParseSnapshot(std::string_view snapshot) {
-  auto number = [](std::string_view digits) -> std::optional<std::uint64_t> {
-    std::uint64_t v = 0;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
-    return v;
-  };
-  const std::size_t first = snapshot.find(':');
-  const std::size_t second = first == std::string_view::npos ? first : snapshot.find(':', first + 1);
-  if (second == std::string_view::npos) return std::nullopt;
-  const auto xmin = number(snapshot.substr(0, first));
-  const auto xmax = number(snapshot.substr(first + 1, second - first - 1));
-  if (!xmin || !xmax || *xmin > *xmax) return std::nullopt;
-  SnapshotXids out{*xmin, *xmax, {}};
-  std::string_view rest = snapshot.substr(second + 1);
-  while (!rest.empty()) {
-    const std::size_t comma = rest.find(',');
-    const auto x = number(rest.substr(0, comma));
-    if (!x) return std::nullopt;
-    out.in_progress.push_back(*x);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (comma != std::string_view::npos && rest.empty()) return std::nullopt;
-  }
-  return out;
-}
-
 bool FloorUsable(const ClaimFloor& floor, std::string_view snapshot, std::string_view server_started) {
   if (floor.snapshot.empty() || floor.server_started != server_started) return false;
   const std::optional<SnapshotXids> then = ParseSnapshot(floor.snapshot);
@@ -149,21 +123,7 @@ bool FloorUsable(const ClaimFloor& floor, std::string_view snapshot, std::string
   return then && now && now->xmax >= then->xmax;
 }
 
-KeyRunningFloor RunningFloorAfter(const SnapshotXids& s, std::vector<std::int64_t> ids) {
-  KeyRunningFloor f;
-  f.from_xid = s.xmax;
-  const std::uint64_t recent = s.xmax > kRunningRangeSlack ? s.xmax - kRunningRangeSlack : 0;
-  for (std::uint64_t x : s.in_progress) {
-    if (x >= recent) f.from_xid = std::min(f.from_xid, x);
-  }
-  for (std::uint64_t x : s.in_progress) {
-    if (x < f.from_xid) f.points.push_back(x);
-  }
-  f.ids = std::move(ids);
-  return f;
-}
-
-void RecordRunningFloor(RunningFloors& floors, const std::string& key, KeyRunningFloor floor) {
+void RecordRunningFloor(RunningFloors& floors, const std::string& key, RunningFloor floor) {
   if (floors.size() >= kMaxRunningFloorKeys && !floors.contains(key)) floors.clear();
   floors[key] = std::move(floor);
 }
@@ -173,7 +133,7 @@ RunningFloorArgs RunningFloorsArgs(const RunningFloors* floors, const std::vecto
   if (floors == nullptr || floors->empty()) return out;
   nlohmann::json k = nlohmann::json::object();
   std::set<std::uint64_t> points;
-  auto add = [&](const std::string& key, const KeyRunningFloor& f) {
+  auto add = [&](const std::string& key, const RunningFloor& f) {
     k[key] = {{"x", f.from_xid}, {"i", f.ids}};
     points.insert(f.points.begin(), f.points.end());
   };

@@ -46,50 +46,20 @@
 #include <vector>
 
 #include "claim/claim_planner.h"
+#include "core/running_floor.h"
 
 namespace akadzed {
 
-// pg_snapshot text ("xmin:xmax:xip,..."): the transactions it does not see
-// are those in progress (xip) and those from xmax on.
-struct SnapshotXids {
-  std::uint64_t xmin = 0;
-  std::uint64_t xmax = 0;
-  std::vector<std::uint64_t> in_progress;
-};
-
-// A running floor of one limit key (docs/claim.md, "Running floors"): what
-// the key's last count of running(K) knew. A count reads the key's running
-// rows through jobs_running_key_xid_idx (limit_key, running_xid), whose
-// entries of the key are every job of it that ever ran while a held horizon
-// keeps them; with a floor it reads instead
-//   - `ids` by id: the rows the last count found running, and
-//   - the rows whose running_xid its snapshot S did not see: from
-//     `from_xid` on, and `points`;
-// the union is every row of the key running now. A row running now whose
-// version S saw was running in S, so the count found it; any other version
-// was written, with its running_xid (migration 010: the transaction that
-// last wrote the row running, kept by the claim and by triggers), by a
-// transaction S does not see: one in progress in S or from S's xmax on.
-// `from_xid` is the oldest of S's in-progress transactions that began at
-// most kRunningRangeSlack transactions before xmax (else xmax); `points`
-// are the older ones still in progress, usually none: a range from S's
-// xmin would re-read everything a long-open writer's transaction keeps
-// behind it.
-struct KeyRunningFloor {
-  std::uint64_t from_xid = 0;
-  std::vector<std::uint64_t> points;
-  std::vector<std::int64_t> ids;
-};
-using RunningFloors = std::unordered_map<std::string, KeyRunningFloor>;
-inline constexpr std::uint64_t kRunningRangeSlack = 1000;
+// The running floors of limit keys (docs/claim.md, "Running floors"): per
+// key, what its last count of running(K) knew (core/running_floor.h), read
+// through jobs_running_key_xid_idx (limit_key, running_xid).
+using RunningFloors = std::unordered_map<std::string, RunningFloor>;
 // At most this many keys keep a running floor; a count past it starts the
 // set again (the next counts of the others read their keys whole).
 inline constexpr std::size_t kMaxRunningFloorKeys = 10000;
 
-// The floor a count that found `ids` running in snapshot `s` leaves.
-KeyRunningFloor RunningFloorAfter(const SnapshotXids& s, std::vector<std::int64_t> ids);
 // Records `floor` for `key` in `floors`, bounded by kMaxRunningFloorKeys.
-void RecordRunningFloor(RunningFloors& floors, const std::string& key, KeyRunningFloor floor);
+void RecordRunningFloor(RunningFloors& floors, const std::string& key, RunningFloor floor);
 // The running floors of `keys` (all of them when `keys` is null; none when
 // `floors` is null) as the counts read them (claim/key_locks.h,
 // KeyCountsSql): `floors`, a jsonb object {key: {"x": from_xid, "i": [ids]}}
@@ -180,9 +150,6 @@ ClaimFloor NextClaimFloor(const ClaimKnowledge& k);
 // `below`, and above them the read is the same.
 void MergeBelowFloor(const WindowRead& read, std::span<const ReadyRow> below, std::vector<ReadyRow>& rows,
                      bool& exhausted);
-
-// nullopt when `snapshot` is not pg_snapshot text.
-std::optional<SnapshotXids> ParseSnapshot(std::string_view snapshot);
 
 // Whether `floor`, set on an earlier claim, may serve a claim whose first
 // statement ran on the server started at `server_started` with the snapshot

@@ -23,7 +23,7 @@ std::string ApplicableLimitsSql(const std::string& keys_sql) {
 }
 
 std::string KeyCountsSql(const std::string& keys_sql, const std::string& floors_sql, const std::string& points_sql) {
-  // The key's running rows (claim_floor.h, KeyRunningFloor): without a
+  // The key's running rows (core/running_floor.h): without a
   // floor, all of them through jobs_running_key_xid_idx; with one, the rows
   // its count found, by id through jobs_pkey (`IS NOT FALSE` implies no
   // partial index's predicate), and the rows made running since, by a

@@ -9,6 +9,7 @@
 #include "pg/transaction.h"
 #include "store/job_finish.h"
 #include "store/job_sql.h"
+#include "store/lookup_plans.h"
 #include "store/poison_rows.h"
 
 namespace akadzed {
@@ -32,17 +33,71 @@ void DeregisterWorker(pg::Connection& conn, const std::string& worker_id) {
   conn.exec("DELETE FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(worker_id));
 }
 
+namespace {
+
+// The read's snapshot and server, then the jobs: one row with NULL job
+// columns when there are none. $1 worker, $2 settled_us; `of_worker` is the
+// WHERE clause that finds the jobs (as `j`).
+std::string OwnedJobsSql(const std::string& of_worker) {
+  return std::string("SELECT s.snap, s.server, j.id, j.run_count, j.cancel_requested_at IS NOT NULL,"
+                     " COALESCE(j.started_at < now() - $2::bigint * interval '1 microsecond', true)"
+                     " FROM (SELECT ") + kFloorSnapshotSql + " AS snap, pg_postmaster_start_time()::text AS server) s"
+         " LEFT JOIN LATERAL (SELECT j.id, j.run_count, j.cancel_requested_at, j.started_at"
+         "   FROM akadze.jobs j WHERE " + of_worker + ") j ON true";
+}
+
+}  // namespace
+
 std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,
-                                       std::int64_t settled_us) {
-  pg::Result rows = conn.exec(
-      "SELECT id, run_count, cancel_requested_at IS NOT NULL,"
-      " COALESCE(started_at < now() - $2::bigint * interval '1 microsecond', true) FROM akadze.jobs"
-      " WHERE worker_id = $1::uuid AND state = 'running'",
-      pg::Params().add(worker_id).add(settled_us));
+                                       std::int64_t settled_us, OwnedJobsFloor* floor) {
+  // Without a floor: the worker's entries, all of them.
+  static const std::string kWhole = OwnedJobsSql("j.worker_id = $1::uuid AND j.state = 'running'");
+  // With one: the ids the last read found, and the entries from from_xid
+  // on ($3) and at each point ($4, a lookup each: OFFSET 0 keeps it from
+  // being flattened into a join that reads all the worker's entries), by id
+  // through jobs_pkey. `IS TRUE` is the same test as `state = 'running'`
+  // but implies no partial index's predicate, so no plan reads the
+  // worker's entries whole to check them.
+  static const std::string kSince = OwnedJobsSql(
+      "j.id IN (SELECT id FROM akadze.jobs WHERE worker_id = $1::uuid AND state = 'running'"
+      "           AND running_xid >= $3::xid8"
+      "         UNION ALL SELECT x.id FROM unnest($4::xid8[]) AS p(x) CROSS JOIN LATERAL"
+      "           (SELECT id FROM akadze.jobs WHERE worker_id = $1::uuid AND state = 'running'"
+      "            AND running_xid = p.x OFFSET 0) x"
+      "         UNION ALL SELECT unnest($5::int8[]))"
+      " AND j.worker_id = $1::uuid AND (j.state = 'running') IS TRUE");
+  const bool since = floor != nullptr && !floor->worker_id.empty() && floor->worker_id == worker_id;
+  pg::Result rows;
+  if (since) {
+    std::vector<std::string> points;
+    for (std::uint64_t x : floor->running.points) points.push_back(std::to_string(x));
+    // Plans of lookups: estimates made on live rows must not turn the id
+    // list into a scan.
+    rows = ExecAsIndexLookups(conn, "", kSince,
+                              pg::Params()
+                                  .add(worker_id)
+                                  .add(settled_us)
+                                  .add(std::to_string(floor->running.from_xid))
+                                  .add_array(points)
+                                  .add_array(floor->running.ids));
+  }
+  if (!since || rows.rows() == 0 || rows.text(0, 1) != floor->server_started) {
+    rows = conn.exec(kWhole, pg::Params().add(worker_id).add(settled_us));
+  }
   std::vector<OwnedJob> jobs;
+  std::vector<std::int64_t> ids;
   for (int i = 0; i < rows.rows(); ++i) {
-    jobs.push_back({rows.int64(i, 0), static_cast<std::int32_t>(rows.int64(i, 1)),
-                    rows.boolean(i, 2), rows.boolean(i, 3)});
+    if (rows.is_null(i, 2)) continue;
+    jobs.push_back({rows.int64(i, 2), static_cast<std::int32_t>(rows.int64(i, 3)), rows.boolean(i, 4),
+                    rows.boolean(i, 5)});
+    ids.push_back(jobs.back().id);
+  }
+  if (floor != nullptr && rows.rows() > 0) {
+    if (const std::optional<SnapshotXids> s = ParseSnapshot(rows.text(0, 0))) {
+      *floor = OwnedJobsFloor{worker_id, std::string(rows.text(0, 1)), RunningFloorAfter(*s, std::move(ids))};
+    } else {
+      *floor = OwnedJobsFloor{};
+    }
   }
   return jobs;
 }

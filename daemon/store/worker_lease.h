@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/job_states.h"
+#include "core/running_floor.h"
 #include "pg/connection.h"
 #include "store/transition_listener.h"
 
@@ -45,9 +46,27 @@ struct OwnedJob {
   bool settled = false;  // claimed (started_at) over `settled_us` ago, or no started_at
 };
 
-// The jobs the database says this worker runs now.
+// What a worker's last read of its running jobs knew (core/running_floor.h),
+// for the worker and the server it was read from (pg_postmaster_start_time:
+// a promoted standby or a restored backup has transaction ids of another
+// history). Empty `worker_id`: none.
+struct OwnedJobsFloor {
+  std::string worker_id;
+  std::string server_started;
+  RunningFloor running;
+};
+
+// The jobs the database says this worker runs now. Without `floor` (or with
+// an empty one, or one of another worker or server), reads the worker's
+// entries of jobs_running_worker_idx (worker_id, running_xid), every job it
+// ran while a held MVCC horizon keeps them. With one, reads instead the
+// jobs the last read found, by id, and the worker's entries made running
+// since its snapshot (docs/claim.md, "Running floors"): what one heartbeat
+// round's claims left, however long the horizon is held. Either way, leaves
+// in `floor` (when given) what this read knew; on an exception it is left
+// as it was (an older floor stays true, it only reads more).
 std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,
-                                       std::int64_t settled_us = 0);
+                                       std::int64_t settled_us = 0, OwnedJobsFloor* floor = nullptr);
 
 // The jobs the database says this worker runs now in `queue`, except
 // `except` (id and run_count only): after a claim whose COMMIT was in doubt,

@@ -295,7 +295,7 @@ void LeaseKeeper::Reconcile(const std::string& worker_id) {
   auto before = running_.Snapshot();
   const std::optional<HeldJobs> held_before = ReadHeldJobs();
   auto owned = session_.Run(
-      [&](pg::Connection& c) { return OwnedRunningJobs(c, worker_id, timings_.heartbeat_ttl_us); });
+      [&](pg::Connection& c) { return OwnedRunningJobs(c, worker_id, timings_.heartbeat_ttl_us, &owned_floor_); });
   ReleaseOrphans(worker_id, owned, held_before);
   std::set<std::pair<std::int64_t, std::int32_t>> ours;
   for (const OwnedJob& job : owned) {

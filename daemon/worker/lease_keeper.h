@@ -160,6 +160,10 @@ class LeaseKeeper {
   std::set<std::pair<std::int64_t, std::int32_t>> orphan_candidates_;
   // orphan_release_failed jobs named once; the loop thread only.
   std::set<std::int64_t> release_failed_logged_;
+  // What the last reconcile read knew, so that the next reads past the
+  // dead index entries a held horizon keeps (store/worker_lease.h); the
+  // loop thread only.
+  OwnedJobsFloor owned_floor_;
   std::atomic<bool> heartbeat_failing_{false};
   std::atomic<std::uint64_t> outages_ended_{0};
   std::atomic<bool> held_{true};

@@ -535,6 +535,11 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   // One phase's measurements after its latency window: dry-run claims, then
   // the other statements (printed only).
   auto measure = [&](VariantRun& r, PhaseFigures& f) {
+    // A reconcile floor taken now serves the read timed at the end, a few
+    // seconds later, as a heartbeat round's serves the next (5 s).
+    OwnedJobsFloor floor;
+    OwnedRunningJobs(probe, r.worker_id, 0, &floor);
+    const auto floor_taken = Clock::now();
     const auto dry_start = Clock::now();
     CommandResult dry = RunCommand({AkadzedBinary(), "claim", "--queue", r.v.name, "--slots",
                                     std::to_string(kSlots), "--mode", r.v.mode, "--dry-run", "--repeat",
@@ -550,13 +555,16 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
     f.statements_ms["claim --dry-run, its cold run (a new connection)"] = f.cold_claim_ms;
     f.statements_ms["claim --dry-run --repeat 11, the whole process"] = f.dry_run_wall_ms;
     f.statements_ms["heartbeat"] = TimeMs([&] { Heartbeat(probe, r.worker_id); });
-    f.statements_ms["reconcile (running jobs by worker id)"] =
+    f.statements_ms["reconcile, a whole read (no floor: a daemon's first round)"] =
         TimeMs([&] { OwnedRunningJobs(probe, r.worker_id); });
     // A scrape that reads the database gauges: 1.1 s after the last one (the
     // gauges' cache period is what is waited out).
     std::this_thread::sleep_until(LastScrape()[r.port] + 1100ms);
     f.statements_ms["/metrics scrape (database gauges)"] = TimeMs([&] { HttpGet(r.port, "/metrics"); }, 1);
     LastScrape()[r.port] = Clock::now();
+    INFO("reconcile floor taken " << SecondsSince(floor_taken) << " s before its read");
+    f.statements_ms["reconcile with the floor of a read a few seconds before (a heartbeat round's)"] =
+        TimeMs([&] { OwnedRunningJobs(probe, r.worker_id, 0, &floor); }, 1);
   };
   // The statements that are the database's, not one daemon's.
   std::map<std::string, double> shared_fresh, shared_held;

@@ -379,7 +379,7 @@ void RunFloorCase(pg::Connection& conn, pg::Connection& holder_conn, std::uint64
     bool commit_after = false;
     // Running rows of the keys outside this queue (limit keys count across
     // queues), made and ended by other transactions: what a key's running
-    // floor (claim_floor.h, KeyRunningFloor) must see, below it or past it.
+    // floor (core/running_floor.h) must see, below it or past it.
     const std::string other = queue + "_other";
     auto insert_running = [&](pg::Connection& c, int n) {
       for (int i = 0; i < n && !keys.empty(); ++i) {

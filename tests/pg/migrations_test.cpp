@@ -33,7 +33,8 @@ const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses"
                                                "003_limit_keys", "004_claim_key_index",
                                                "005_limit_window_bound", "006_enqueue",
                                                "007_status_page", "008_queue_caps",
-                                               "009_queued_xid", "010_running_xid"};
+                                               "009_queued_xid", "010_running_xid",
+                                               "011_worker_running_xid"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -94,7 +95,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "010_running_xid");
+  CHECK(ExpectedSchemaVersion() == "011_worker_running_xid");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -528,8 +529,10 @@ TEST_CASE("migrations: indexes and autovacuum settings", "[migrations][schema]")
   CHECK(def("jobs_queued_expires_idx") ==
         "CREATE INDEX jobs_queued_expires_idx ON akadze.jobs USING btree (expires_at, id)"
         " WHERE ((state = 'queued'::text) AND (expires_at IS NOT NULL))");
+  // akadze's (001), with akadzed's second column (011_worker_running_xid):
+  // a worker's running rows by the transaction that made them running.
   CHECK(def("jobs_running_worker_idx") ==
-        "CREATE INDEX jobs_running_worker_idx ON akadze.jobs USING btree (worker_id)"
+        "CREATE INDEX jobs_running_worker_idx ON akadze.jobs USING btree (worker_id, running_xid)"
         " WHERE (state = 'running'::text)");
   CHECK(def("jobs_unique_key_active_idx") ==
         "CREATE UNIQUE INDEX jobs_unique_key_active_idx ON akadze.jobs USING btree (unique_key)"
@@ -582,7 +585,8 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
                                                            "applied 007_status_page",
                                                            "applied 008_queue_caps",
                                                            "applied 009_queued_xid",
-                                                           "applied 010_running_xid"});
+                                                           "applied 010_running_xid",
+                                                           "applied 011_worker_running_xid"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});
