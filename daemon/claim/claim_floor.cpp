@@ -116,6 +116,62 @@ void MergeBelowFloor(const WindowRead& read, std::span<const ReadyRow> below, st
   rows = std::move(merged);
 }
 
+std::string StoredFloorJson(const ClaimFloor& floor) {
+  nlohmann::json levels = nlohmann::json::array();
+  for (const IndexPosition& p : floor.levels) levels.push_back({p.priority, p.run_at_us, p.id});
+  return nlohmann::json{{"v", 1},
+                        {"levels", levels},
+                        {"pinned", floor.pinned},
+                        {"snapshot", floor.snapshot},
+                        {"server", floor.server_started}}
+      .dump();
+}
+
+std::optional<ClaimFloor> StoredFloorFromJson(std::string_view text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.value("v", 0) != 1) return std::nullopt;
+  const auto levels = j.find("levels");
+  const auto pinned = j.find("pinned");
+  const auto snapshot = j.find("snapshot");
+  const auto server = j.find("server");
+  if (levels == j.end() || !levels->is_array() || levels->empty() || levels->size() > kMaxFloorLevels ||
+      pinned == j.end() || !pinned->is_array() || pinned->size() > kMaxPinned || snapshot == j.end() ||
+      !snapshot->is_string() || server == j.end() || !server->is_string()) {
+    return std::nullopt;
+  }
+  auto integer = [](const nlohmann::json& v, std::int64_t lo, std::int64_t hi) -> std::optional<std::int64_t> {
+    if (v.is_number_integer() && !v.is_number_unsigned()) {
+      const std::int64_t x = v.get<std::int64_t>();
+      if (x >= lo && x <= hi) return x;
+    } else if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(hi) && lo <= 0) {
+      return static_cast<std::int64_t>(v.get<std::uint64_t>());
+    }
+    return std::nullopt;
+  };
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  ClaimFloor floor;
+  for (const nlohmann::json& l : *levels) {
+    if (!l.is_array() || l.size() != 3) return std::nullopt;
+    const auto priority = integer(l[0], std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max());
+    const auto run_at = integer(l[1], kMin, kMax);
+    const auto id = integer(l[2], kMin, kMax);
+    if (!priority || !run_at || !id) return std::nullopt;
+    // Highest priority first, one position a level.
+    if (!floor.levels.empty() && floor.levels.back().priority <= *priority) return std::nullopt;
+    floor.levels.push_back({static_cast<std::int32_t>(*priority), *run_at, *id});
+  }
+  for (const nlohmann::json& p : *pinned) {
+    const auto id = integer(p, kMin, kMax);
+    if (!id) return std::nullopt;
+    floor.pinned.push_back(*id);
+  }
+  floor.snapshot = snapshot->get<std::string>();
+  floor.server_started = server->get<std::string>();
+  if (!ParseSnapshot(floor.snapshot) || floor.server_started.empty()) return std::nullopt;
+  return floor;
+}
+
 bool FloorUsable(const ClaimFloor& floor, std::string_view snapshot, std::string_view server_started) {
   if (floor.snapshot.empty() || floor.server_started != server_started) return false;
   const std::optional<SnapshotXids> then = ParseSnapshot(floor.snapshot);

@@ -151,6 +151,16 @@ ClaimFloor NextClaimFloor(const ClaimKnowledge& k);
 void MergeBelowFloor(const WindowRead& read, std::span<const ReadyRow> below, std::vector<ReadyRow>& rows,
                      bool& exhausted);
 
+// A floor as kept in akadze.queue_floors (claim/stored_floor.h): its levels,
+// pinned rows, snapshot and server, as JSON. Not its running floors (as
+// many as 10,000 keys): a claim that starts from a stored floor counts each
+// key whole once.
+std::string StoredFloorJson(const ClaimFloor& floor);
+// The floor in `json`; nullopt when it is not one StoredFloorJson wrote (a
+// level out of range, a snapshot that is not pg_snapshot text, more pinned
+// rows than kMaxPinned, ...).
+std::optional<ClaimFloor> StoredFloorFromJson(std::string_view json);
+
 // Whether `floor`, set on an earlier claim, may serve a claim whose first
 // statement ran on the server started at `server_started` with the snapshot
 // `snapshot`: the same server, and transaction ids that did not go back.

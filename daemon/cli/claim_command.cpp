@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "claim/claim_transaction.h"
+#include "claim/stored_floor.h"
 #include "cli/commands.h"
 #include "core/duration.h"
 #include "pg/pg_error.h"
@@ -102,10 +103,18 @@ void AddClaimCommand(CLI::App& app, Action& action) {
         pg::Connection conn = pg::Connection::Open(ResolveDatabaseUrl(o->url), "akadzed claim");
         RunTimes times;
         ClaimResult r;
-        // Repeated runs carry the queue's floor from one to the next, as the
-        // daemon's claim loop does (claim/claim_floor.h): the warm runs time
-        // the daemon's claims, the first reads from the heads.
+        // The first run starts from the queue's stored floor, as a daemon's
+        // first claim does (claim/stored_floor.h), and repeated runs carry
+        // the floor from one to the next, as the daemon's claim loop does
+        // (claim/claim_floor.h). Without a stored floor (no daemon wrote
+        // one, or the role may not read it) the first reads from the heads.
         ClaimFloor floor;
+        if (!request.aging_us) {
+          try {
+            floor = LoadQueueFloor(conn, o->queue);
+          } catch (const pg::SqlError&) {
+          }
+        }
         request.floor = &floor;
         for (int run = 0; run < o->repeat; ++run) {
           r = RunClaim(conn, request);

@@ -29,7 +29,24 @@ bool Heartbeat(pg::Connection& conn, const std::string& worker_id, std::optional
              .affected() == 1;
 }
 
-void DeregisterWorker(pg::Connection& conn, const std::string& worker_id) {
+void RecordWorkerStops(pg::Connection& conn, const std::vector<std::string>& worker_ids, const RunningFloor& floor) {
+  if (worker_ids.empty()) return;
+  std::vector<std::string> points;
+  for (std::uint64_t x : floor.points) points.push_back(std::to_string(x));
+  // A stop already recorded stays: it is as true as this one.
+  conn.exec("INSERT INTO akadze.worker_stops (id, from_xid, points)"
+            " SELECT id, $2::xid8, $3::xid8[] FROM unnest($1::uuid[]) AS u(id) ON CONFLICT (id) DO NOTHING",
+            pg::Params().add_array(worker_ids).add(std::to_string(floor.from_xid)).add_array(points));
+}
+
+void DeregisterWorker(pg::Connection& conn, const std::string& worker_id, OwnedJobsFloor* floor) {
+  OwnedJobsFloor own;
+  if (floor == nullptr) floor = &own;
+  // Its stop is recorded only when nothing runs under it (a job left
+  // running is the rescue's, found in its range).
+  if (OwnedRunningJobs(conn, worker_id, 0, floor).empty() && floor->worker_id == worker_id) {
+    RecordWorkerStops(conn, {worker_id}, floor->running);
+  }
   conn.exec("DELETE FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(worker_id));
 }
 
@@ -172,13 +189,16 @@ namespace {
 //
 // The candidates are read from jobs_running_worker_idx without the entries
 // of live workers: the jobs without a worker, the ranges between the
-// registered worker ids (ids with no row), and the dead workers' own. Under
+// registered worker ids (ids with no row), and the dead workers' own; of a
+// worker that stopped with no running job (akadze.worker_stops), only its
+// jobs made running since (migration 012). Under
 // a held horizon a live worker's entries are every job it ran since the
 // horizon was held, dead and kept; reading them all (an anti-join of every
 // running row to akadze.workers) took 115 ms and 16,000 buffers a round
 // after 9 minutes at 1,000 jobs/s, growing with the hold. What is read now
-// grows only with the jobs of workers that died or stopped during the
-// hold. Each candidate is then found by id through jobs_pkey (`IS NOT
+// grows only with the jobs of workers that died during the hold, until a
+// round removes their rows (and records their stop), or that stopped with
+// jobs left running. Each candidate is then found by id through jobs_pkey (`IS NOT
 // FALSE`: no partial index) and checked with the predicate above, under the
 // caller's lock; the caller's UPDATE finds its rows by id the same way
 // (spelled `state = 'running'`, a plan costed on live rows joined through
@@ -186,8 +206,15 @@ namespace {
 constexpr const char* kLostSql =
     "SELECT j.id, j.worker_id FROM akadze.jobs j LEFT JOIN akadze.workers w ON w.id = j.worker_id"
     "  WHERE j.id = ANY(ARRAY("
-    "    WITH ws AS MATERIALIZED (SELECT id, lead(id) OVER (ORDER BY id) AS next,"
-    "      heartbeat_at < now() - $1::bigint * interval '1 microsecond' AS dead FROM akadze.workers)"
+    // The bounds of the ranges: the registered workers (dead or not), and
+    // the stopped ones without a row (migration 012) whose floor is not
+    // past the transactions there are (a hand-written row could be).
+    "    WITH ws AS MATERIALIZED (SELECT id, lead(id) OVER (ORDER BY id) AS next, dead, from_xid, points FROM ("
+    "      SELECT id, heartbeat_at < now() - $1::bigint * interval '1 microsecond' AS dead,"
+    "        NULL::xid8 AS from_xid, NULL::xid8[] AS points FROM akadze.workers"
+    "      UNION ALL SELECT s.id, NULL, s.from_xid, s.points FROM akadze.worker_stops s"
+    "        WHERE s.from_xid <= pg_snapshot_xmax(pg_current_snapshot())"
+    "        AND NOT EXISTS (SELECT 1 FROM akadze.workers r WHERE r.id = s.id)) b)"
     "    SELECT id FROM akadze.jobs WHERE state = 'running' AND worker_id IS NULL"
     "    UNION ALL SELECT id FROM akadze.jobs WHERE state = 'running' AND worker_id IS NOT NULL"
     "      AND NOT EXISTS (SELECT 1 FROM ws)"
@@ -198,6 +225,14 @@ constexpr const char* kLostSql =
     "    UNION ALL SELECT x.id FROM ws CROSS JOIN LATERAL ("
     "      SELECT id FROM akadze.jobs WHERE state = 'running' AND worker_id > ws.id AND worker_id < ws.next"
     "      UNION ALL SELECT id FROM akadze.jobs WHERE ws.dead AND state = 'running' AND worker_id = ws.id"
+    // A stopped worker's jobs made running since its stop: a range, and a
+    // lookup per point (OFFSET 0: not flattened into a join that reads
+    // the id's entries whole).
+    "      UNION ALL SELECT id FROM akadze.jobs WHERE ws.from_xid IS NOT NULL AND state = 'running'"
+    "        AND worker_id = ws.id AND running_xid >= ws.from_xid"
+    "      UNION ALL SELECT y.id FROM unnest(ws.points) AS p(x) CROSS JOIN LATERAL"
+    "        (SELECT id FROM akadze.jobs WHERE state = 'running' AND worker_id = ws.id"
+    "         AND running_xid = p.x OFFSET 0) y"
     "      OFFSET 0) x))"
     "    AND (j.state = 'running') IS NOT FALSE AND j.id <> ALL($2::int8[])"
     "    AND ($3::int8[] IS NULL OR j.id = ANY($3::int8[]))"
@@ -310,12 +345,24 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
         return PoisonedRow::kLeave;
       });
   // SKIP LOCKED: a row its worker is heartbeating right now is not dead.
-  conn.exec(
-      "DELETE FROM akadze.workers WHERE id IN (SELECT w.id FROM akadze.workers w"
-      "  WHERE w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
-      "    AND NOT EXISTS (SELECT 1 FROM akadze.jobs j WHERE j.worker_id = w.id AND j.state = 'running')"
-      "  FOR UPDATE SKIP LOCKED)",
-      pg::Params().add(ttl_us));
+  // The statement saw no job running under the workers it removes: their
+  // stops are recorded with its snapshot (the rescue then reads only what
+  // runs under them since). Stops older than a day go.
+  static const std::string kRemoveDead =
+      std::string("WITH gone AS (DELETE FROM akadze.workers WHERE id IN (SELECT w.id FROM akadze.workers w"
+                  "  WHERE w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
+                  "    AND NOT EXISTS (SELECT 1 FROM akadze.jobs j WHERE j.worker_id = w.id AND j.state = 'running')"
+                  "  FOR UPDATE SKIP LOCKED) RETURNING id),"
+                  " pruned AS (DELETE FROM akadze.worker_stops WHERE stopped_at < now() - interval '1 day')"
+                  " SELECT gone.id::text, ") + kFloorSnapshotSql + " FROM gone";
+  pg::Result gone = conn.exec(kRemoveDead, pg::Params().add(ttl_us));
+  if (gone.rows() > 0) {
+    if (const std::optional<SnapshotXids> s = ParseSnapshot(gone.text(0, 1))) {
+      std::vector<std::string> ids;
+      for (int i = 0; i < gone.rows(); ++i) ids.emplace_back(gone.text(i, 0));
+      RecordWorkerStops(conn, ids, RunningFloorAfter(*s, {}));
+    }
+  }
   return rescued;
 }
 

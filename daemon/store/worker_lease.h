@@ -36,8 +36,6 @@ void RegisterWorker(pg::Connection& conn, const WorkerIdentity& worker);
 bool Heartbeat(pg::Connection& conn, const std::string& worker_id,
                std::optional<std::int64_t> lease_span_us = std::nullopt);
 
-// Deletes the worker's row (clean shutdown, after its jobs were released).
-void DeregisterWorker(pg::Connection& conn, const std::string& worker_id);
 
 struct OwnedJob {
   std::int64_t id = 0;
@@ -67,6 +65,18 @@ struct OwnedJobsFloor {
 // as it was (an older floor stays true, it only reads more).
 std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,
                                        std::int64_t settled_us = 0, OwnedJobsFloor* floor = nullptr);
+
+// Records that the workers `worker_ids` stopped with no job running under
+// them as of the snapshot `floor` was taken from (akadze.worker_stops,
+// migration 012): the rescue then reads only their jobs made running since,
+// not every job they ran (which a held MVCC horizon keeps). A stop already
+// recorded is kept.
+void RecordWorkerStops(pg::Connection& conn, const std::vector<std::string>& worker_ids, const RunningFloor& floor);
+
+// Deletes the worker's row (clean shutdown, after its jobs were released),
+// and records its stop when no job runs under it: read with `floor` (the
+// lease keeper's last reconcile floor), or whole without one.
+void DeregisterWorker(pg::Connection& conn, const std::string& worker_id, OwnedJobsFloor* floor = nullptr);
 
 // The jobs the database says this worker runs now in `queue`, except
 // `except` (id and run_count only): after a claim whose COMMIT was in doubt,

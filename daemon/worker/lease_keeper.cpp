@@ -87,7 +87,8 @@ void LeaseKeeper::Stop(bool deregister) {
   if (!deregister) return;
   try {
     std::string id = worker_id();
-    session_.Run([&](pg::Connection& c) { DeregisterWorker(c, id); });
+    // The loop is stopped: its reconcile floor is this thread's now.
+    session_.Run([&](pg::Connection& c) { DeregisterWorker(c, id, &owned_floor_); });
   } catch (const pg::PgError& e) {
     spdlog::warn("deregister_failed | {} (the row is removed by the next rescue)", OneLine(e.what()));
   }

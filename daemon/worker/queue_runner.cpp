@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/redact.h"
+#include "claim/stored_floor.h"
 #include "pg/pg_error.h"
 #include "runtime/log_line.h"
 
@@ -16,6 +17,10 @@ namespace {
 // New refusals of a transition hook one claim round takes before it ends
 // without a claim, and how long a refused job is passed over.
 constexpr int kMaxRefusedPerRound = 16;
+// How often a queue's stored floor is written, and read while the runner has
+// none of its own (claim/stored_floor.h).
+constexpr auto kStoredFloorWriteEvery = std::chrono::seconds(1);
+constexpr auto kStoredFloorReadEvery = std::chrono::seconds(10);
 constexpr std::chrono::seconds kRefusalHold{10};
 
 }  // namespace
@@ -167,8 +172,45 @@ ClaimRoundResult QueueRunner::ClaimRound() {
     }
   } catch (const std::exception&) {
     Failed(std::current_exception(), request.worker_id, round);
+    return round;
   }
+  WriteStoredFloor();
   return round;
+}
+
+void QueueRunner::ReadStoredFloor(pg::Connection& conn) {
+  if (queue_.aging_us || !floor_.empty()) return;
+  const auto now = claim_loop_.clock().Now();
+  if (floor_loaded_ != ServiceClock::time_point{} && now - floor_loaded_ < kStoredFloorReadEvery) return;
+  floor_loaded_ = now;
+  try {
+    floor_ = LoadQueueFloor(conn, queue_.name);
+  } catch (const pg::SqlError& e) {
+    // The role may not read it (docs/security.md): the claim reads from the
+    // heads, as without a stored floor.
+    spdlog::debug("stored_floor_unread queue={} | {}", LogValue(queue_.name), OneLine(e.what()));
+  }
+}
+
+void QueueRunner::WriteStoredFloor() {
+  if (queue_.aging_us || floor_.empty()) return;
+  const auto now = claim_loop_.clock().Now();
+  if (now - floor_saved_ < kStoredFloorWriteEvery) return;
+  floor_saved_ = now;
+  try {
+    session_.Run([&](pg::Connection& c) { SaveQueueFloor(c, queue_.name, floor_); });
+    if (floor_save_failing_) spdlog::info("stored_floor_written queue={}", LogValue(queue_.name));
+    floor_save_failing_ = false;
+  } catch (const std::exception& e) {
+    // Claims go on without it; the database being away is the next
+    // claim's to report. Logged once until a write works.
+    if (!floor_save_failing_) {
+      spdlog::warn("stored_floor_failed queue={} | {} (claims go on; a restarted daemon's first claim "
+                   "reads from the heads)",
+                   LogValue(queue_.name), OneLine(e.what()));
+    }
+    floor_save_failing_ = true;
+  }
 }
 
 bool QueueRunner::BeginRound(ClaimRoundResult& round, int& capacity, bool& wanted, std::vector<JobClaim>& shed) {
@@ -270,7 +312,10 @@ ClaimResult QueueRunner::Claim(ClaimRequest& request) {
   ClaimResult result;
   for (int refusals = 0;;) {
     try {
-      return session_.Run([&](pg::Connection& c) { return RunClaim(c, request); });
+      return session_.Run([&](pg::Connection& c) {
+        ReadStoredFloor(c);
+        return RunClaim(c, request);
+      });
     } catch (const HookError& e) {
       refused_[e.job_id()] = claim_loop_.clock().Now() + kRefusalHold;
       request.exclude_ids.push_back(e.job_id());

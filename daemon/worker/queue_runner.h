@@ -138,6 +138,12 @@ class QueueRunner final {
   void EndClaim();
   // Runs the claim, passing over jobs a transition hook refuses.
   ClaimResult Claim(ClaimRequest& request);
+  // Without a floor of its own (a first claim, or after one that failed),
+  // the queue's stored floor, read at most every kStoredFloorReadEvery;
+  // after a claim, floor_ written there at most every kStoredFloorWriteEvery
+  // (claim/stored_floor.h). Neither with aging (a claim ignores floors).
+  void ReadStoredFloor(pg::Connection& conn);
+  void WriteStoredFloor();
   // Logs and counts what the claim returned.
   void Observe(const ClaimResult& result, const std::string& worker_id, int free_slots);
   // Sorts a failed claim and paces the next round.
@@ -171,6 +177,12 @@ class QueueRunner final {
   // Where the next claim reads each priority level from (claim/claim_floor.h):
   // kept from claim to claim, read and written by the claim loop only.
   ClaimFloor floor_;
+  // When floor_ was last written to akadze.queue_floors and last read from
+  // it (claim/stored_floor.h), and whether a failed write was logged since
+  // the last one that worked; the claim thread only.
+  ServiceClock::time_point floor_saved_{};
+  ServiceClock::time_point floor_loaded_{};
+  bool floor_save_failing_ = false;
   std::mt19937_64 rng_{std::random_device{}()};  // the poll's jitter; the claim thread only
   bool fenced_logged_ = false;  // claim_fenced is logged once until a claim passes the fence
   bool capped_logged_ = false;  // claim_capped is logged once until a claim is not capped

@@ -550,6 +550,139 @@ TEST_CASE("under a held horizon a reconcile read with a floor reads only the rou
   held.rollback();
 }
 
+std::set<std::int64_t> RescuedIds(pg::Connection& conn) {
+  std::set<std::int64_t> ids;
+  for (const RescuedJob& job : RescueLostJobs(conn, 30'000'000)) ids.insert(job.id);
+  return ids;
+}
+
+// A worker that stopped with nothing running under it is recorded in
+// akadze.worker_stops (migration 012), and the rescue reads, for its id,
+// only the jobs made running since (core/running_floor.h). Whoever makes
+// a job run under a stopped id afterwards, and whenever, the rescue finds
+// it: by an INSERT, by a transaction in flight across the stop (the range),
+// by one over 1,000 transactions older (a point). Each arm is the only one
+// that finds one of them.
+TEST_CASE("the rescue finds a job made running under a stopped worker's id after its stop", "[lease][floor]") {
+  Db db;
+  pg::Connection slow = pg::Connection::Open(db.url);
+  pg::Connection recent = pg::Connection::Open(db.url);
+  WorkerIdentity me{db.worker, "h", 1, {"default"}};
+  RegisterWorker(db.conn, me);
+  // The live worker beside it, whose id bounds the stopped one's range.
+  RegisterWorker(db.conn, WorkerIdentity{RandomUuid(), "h", 2, {"default"}});
+  const std::int64_t done = db.RunningJob();
+  db.conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id = $1",
+               pg::Params().add(done));
+  auto queued = [&] {
+    return db.conn.exec("INSERT INTO akadze.jobs (task) VALUES ('t') RETURNING id").int64(0, 0);
+  };
+  const std::int64_t by_slow = queued(), by_recent = queued();
+  slow.exec("BEGIN");
+  slow.exec("SELECT pg_current_xact_id()");
+  for (std::uint64_t i = 0; i <= kRunningRangeSlack; ++i) db.conn.exec("SELECT pg_current_xact_id()");
+  recent.exec("BEGIN");
+  recent.exec("SELECT pg_current_xact_id()");
+
+  DeregisterWorker(db.conn, me.id);
+  pg::Result stop = db.conn.exec("SELECT cardinality(points) FROM akadze.worker_stops WHERE id = $1::uuid",
+                                 pg::Params().add(me.id));
+  REQUIRE(stop.rows() == 1);
+  CHECK(stop.int64(0, 0) >= 1);  // `slow`, at least
+  CHECK(RescuedIds(db.conn).empty());
+
+  auto run = [&](pg::Connection& c, std::int64_t id) {
+    c.exec("UPDATE akadze.jobs SET state = 'running', worker_id = $2::uuid, run_count = 1,"
+           " started_at = now() - interval '1 minute' WHERE id = $1",
+           pg::Params().add(id).add(me.id));
+  };
+  run(slow, by_slow);
+  slow.exec("COMMIT");
+  run(recent, by_recent);
+  recent.exec("COMMIT");
+  const std::int64_t inserted = db.RunningJob();
+  db.conn.exec("UPDATE akadze.jobs SET started_at = now() - interval '1 minute' WHERE id = $1",
+               pg::Params().add(inserted));
+  CHECK(RescuedIds(db.conn) == std::set<std::int64_t>{by_slow, by_recent, inserted});
+
+  // A stop row the rescue cannot believe (its floor past every transaction
+  // there is: only a hand-written one) is not used.
+  const std::string other = RandomUuid();
+  db.conn.exec("INSERT INTO akadze.worker_stops (id, from_xid) VALUES"
+               " ($1::uuid, (pg_snapshot_xmax(pg_current_snapshot())::text::numeric + 1000000)::text::xid8)",
+               pg::Params().add(other));
+  db.worker = other;
+  const std::int64_t hidden = db.RunningJob();
+  db.conn.exec("UPDATE akadze.jobs SET started_at = now() - interval '1 minute' WHERE id = $1",
+               pg::Params().add(hidden));
+  CHECK(RescuedIds(db.conn) == std::set<std::int64_t>{hidden});
+}
+
+TEST_CASE("a stopped worker with a job left running has no stop recorded", "[lease]") {
+  Db db;
+  RegisterWorker(db.conn, WorkerIdentity{db.worker, "h", 1, {"default"}});
+  const std::int64_t left = db.RunningJob();
+  DeregisterWorker(db.conn, db.worker);
+  CHECK(db.conn.exec("SELECT count(*) FROM akadze.worker_stops").int64(0, 0) == 0);
+  db.conn.exec("UPDATE akadze.jobs SET started_at = now() - interval '1 minute'");
+  CHECK(RescuedIds(db.conn) == std::set<std::int64_t>{left});
+}
+
+// Issue 41, goal 2: a worker that stopped during a held horizon leaves an
+// entry in jobs_running_worker_idx for every job it ran, dead and kept,
+// between the registered ids. Once its stop is recorded (by its daemon, or
+// by the rescue round that removes its row as dead), the rescue reads none
+// of them.
+TEST_CASE("under a held horizon the rescue reads no entry of a worker that stopped", "[lease][horizon]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection report = pg::Connection::Open(db);
+  pg::Connection stats = pg::Connection::Open(db);
+  RegisterWorker(conn, WorkerIdentity{RandomUuid(), "h", 1, {"default"}});  // alive
+  const WorkerIdentity stopped{RandomUuid(), "h", 2, {"default"}};
+  const WorkerIdentity died{RandomUuid(), "h", 3, {"default"}};
+  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+  held.exec("SELECT 1");
+  for (const WorkerIdentity& w : {stopped, died}) {
+    RegisterWorker(conn, w);
+    // 3,000 jobs each ran and finished: dead entries, kept.
+    conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
+              " SELECT 't', 'running', 1, $1::uuid, now() FROM generate_series(1, 3000)",
+              pg::Params().add(w.id));
+  }
+  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN"
+            " (SELECT id FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE)");
+  DeregisterWorker(conn, stopped.id);
+  conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1::uuid",
+            pg::Params().add(died.id));
+  // The round that removes the dead worker's row reads its entries, once,
+  // and records its stop.
+  CHECK(RescuedIds(conn).empty());
+  CHECK(conn.exec("SELECT count(*) FROM akadze.worker_stops").int64(0, 0) == 2);
+  conn.exec("ANALYZE akadze.jobs");
+  test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 6000; });
+  const std::int64_t before = test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx");
+  const std::int64_t orphan =
+      conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
+                " VALUES ('t', 'running', 1, $1::uuid, now() - interval '1 minute') RETURNING id",
+                pg::Params().add(stopped.id))
+          .int64(0, 0);
+  CHECK(RescuedIds(conn) == std::set<std::int64_t>{orphan});
+  test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 6001; });
+  // The orphan's entry, and at most a few more where the ranges begin.
+  CHECK(test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx") - before <= 4);
+  held.rollback();
+}
+
+TEST_CASE("a rescue round deletes stops older than a day", "[lease]") {
+  Db db;
+  db.conn.exec("INSERT INTO akadze.worker_stops (id, from_xid, stopped_at) VALUES"
+               " (gen_random_uuid(), '1', now() - interval '25 hours'),"
+               " (gen_random_uuid(), '1', now() - interval '23 hours')");
+  RescuedIds(db.conn);
+  CHECK(db.conn.exec("SELECT count(*) FROM akadze.worker_stops").int64(0, 0) == 1);
+}
+
 TEST_CASE("heartbeat reports a vanished worker row", "[lease]") {
   Db db;
   WorkerIdentity me{RandomUuid(), "h", 1, {"default"}};

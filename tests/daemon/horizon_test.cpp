@@ -9,11 +9,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <csignal>
 #include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "claim/stored_floor.h"
 #include "daemon/daemon_fixture.h"
 #include "embedded/throwaway_postgres.h"
 #include "store/horizon.h"
@@ -214,6 +216,47 @@ TEST_CASE("horizon: the daemon's gauge, one warning per episode naming the holde
   const std::string all = daemon->Log();
   CHECK(Occurrences(all, held) == 2);
   CHECK(Occurrences(all, "event=horizon_stats_hidden") == 0);
+}
+
+// A daemon writes its queue's claim floor to akadze.queue_floors (migration
+// 013, claim/stored_floor.h); a daemon started later, on the same database
+// while a snapshot still holds the horizon, begins its first claim there
+// instead of at the head of a queue its predecessor left full of dead
+// entries (docs/claim.md, "Stored floors").
+TEST_CASE("horizon: a restarted daemon's first claim starts from the stored floor", "[daemon][horizon][floor]") {
+  HorizonFixture f;
+  pg::Connection holder = pg::Connection::Open(DirectConninfo(f.db), "nightly-report");
+  holder.exec("BEGIN ISOLATION LEVEL REPEATABLE READ");
+  holder.exec("SELECT count(*) FROM akadze.jobs");
+  auto first = f.Start(f.WithBound("off"));
+  f.conn.exec("INSERT INTO akadze.jobs (task) SELECT 'ok' FROM generate_series(1, 400)");
+  REQUIRE(WaitUntil([&] { return f.Count("SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'") == 400; },
+                    std::chrono::seconds(60)));
+  // A floor stored after the last of them was claimed (its rounds go on
+  // while the queue is empty, each moving the floor to its now).
+  const std::uint64_t after =
+      std::stoull(std::string(f.conn.exec("SELECT pg_current_xact_id()::text").text(0, 0)));
+  REQUIRE(WaitUntil([&] {
+    const ClaimFloor stored = LoadQueueFloor(f.conn, "default");
+    const std::optional<SnapshotXids> s = ParseSnapshot(stored.snapshot);
+    return !stored.empty() && s && s->xmax > after;
+  }));
+  first->Signal(SIGTERM);
+  REQUIRE(first->Wait() == 0);
+
+  auto second = f.Start(f.WithBound("off"));
+  const int port = ListenerPort(*second);
+  const std::int64_t job = f.Enqueue("ok");
+  REQUIRE(f.WaitState(job, "succeeded"));
+  // Its claims stepped over none of the 400 dead entries (from the heads:
+  // all of them).
+  const HttpAnswer answer = HttpGet(port, "/metrics");
+  REQUIRE(answer.status == 200);
+  const std::optional<double> dead =
+      ParsePrometheusText(answer.body).Value("akadzed_claim_dead_index_entries_total", {{"queue", "default"}});
+  REQUIRE(dead);
+  CHECK(*dead < 20);
+  holder.exec("COMMIT");
 }
 
 TEST_CASE("horizon: off logs no warning; the gauge still reads it", "[daemon][metrics][horizon]") {

@@ -3,6 +3,7 @@
 // claim, rows locked by another transaction, dry runs, windows.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "store/limits_table.h"
 #include "claim/claim_transaction.h"
+#include "claim/stored_floor.h"
 #include "claim/key_locks.h"
 #include "pg/transaction.h"
 #include "support/daemon_process.h"
@@ -103,6 +105,79 @@ TEST_CASE("while a snapshot holds the horizon, a claim with its queue's floor st
   CHECK(next.jobs.front().id == first_id);
   CHECK(next.rows_below_floor == 1);
   CHECK(next.dead_index_entries == 0);
+  held.rollback();
+}
+
+// A queue's floor stored by one claimer (akadze.queue_floors, migration
+// 013) serves a claim of another process: a dry run, a restarted daemon's
+// first claim. It plans what a claim from the heads plans, past the dead
+// entries instead of over them; a floor of another server, or not one a
+// daemon wrote, is not used.
+TEST_CASE("a stored floor serves another process's claim past the dead entries", "[claim][floor]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection daemon = pg::Connection::Open(db);
+  pg::Connection other = pg::Connection::Open(db);
+  pg::Connection report = pg::Connection::Open(db);
+  daemon.exec("INSERT INTO akadze.jobs (task, queue, run_at, priority) SELECT 't', 'q', now() - interval '1 hour' +"
+              " g * interval '1 millisecond', g % 2 FROM generate_series(1, 3000) g");
+  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+  held.exec("SELECT count(*) FROM akadze.jobs");
+  ClaimFloor floor;
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 100;
+  r.floor = &floor;
+  for (int i = 0; i < 20; ++i) REQUIRE(RunClaim(daemon, r).jobs.size() == 100);
+  REQUIRE(floor.levels.size() == 2);
+  SaveQueueFloor(daemon, "q", floor);
+  // Jobs that land below the stored floor after it was written: released
+  // (in its priority's dead prefix) and new ones of a higher priority.
+  const std::int64_t released =
+      daemon.exec("UPDATE akadze.jobs SET state = 'queued', worker_id = NULL WHERE id ="
+                  " (SELECT min(id) FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE) RETURNING id")
+          .int64(0, 0);
+  daemon.exec("INSERT INTO akadze.jobs (task, queue, priority, run_at) VALUES ('t', 'q', 5, now() - interval '2 hours')");
+
+  ClaimFloor stored = LoadQueueFloor(other, "q");
+  REQUIRE(stored.levels == floor.levels);
+  CHECK(stored.pinned == floor.pinned);
+  CHECK(stored.snapshot == floor.snapshot);
+  CHECK(stored.running.empty());
+  ClaimRequest dry = r;
+  dry.dry_run = true;
+  dry.floor = &stored;
+  ClaimResult from_stored = RunClaim(other, dry);
+  ClaimRequest heads = dry;
+  heads.floor = nullptr;
+  ClaimResult from_heads = RunClaim(other, heads);
+  auto ids = [](const ClaimResult& c) {
+    std::vector<std::int64_t> out;
+    for (const ClaimedJob& j : c.jobs) out.push_back(j.id);
+    return out;
+  };
+  REQUIRE(from_heads.jobs.size() == 100);
+  const std::vector<std::int64_t> planned = ids(from_heads);
+  CHECK(ids(from_stored) == planned);
+  CHECK(std::count(planned.begin(), planned.end(), released) == 1);
+  CHECK(from_stored.floor_levels == 2);
+  CHECK(from_stored.dead_index_entries == 0);
+  CHECK(from_heads.dead_index_entries >= 1900);
+
+  // Not used: a floor of another server, and rows no daemon wrote.
+  ClaimFloor elsewhere = floor;
+  elsewhere.server_started = "another server";
+  SaveQueueFloor(daemon, "q", elsewhere);
+  ClaimFloor loaded = LoadQueueFloor(other, "q");
+  dry.floor = &loaded;
+  ClaimResult not_used = RunClaim(other, dry);
+  CHECK(not_used.floor_levels == 0);
+  CHECK(ids(not_used) == planned);
+  for (const char* bad : {"{}", "[]", "{\"v\": 2}", "{\"v\": 1, \"levels\": [[1, 2]], \"pinned\": [],"
+                          " \"snapshot\": \"1:1:\", \"server\": \"s\"}"}) {
+    daemon.exec("UPDATE akadze.queue_floors SET floor = $1::jsonb WHERE queue = 'q'", pg::Params().add(bad));
+    CHECK(LoadQueueFloor(other, "q").empty());
+  }
+  CHECK(LoadQueueFloor(other, "no such queue").empty());
   held.rollback();
 }
 

@@ -34,7 +34,8 @@ const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses"
                                                "005_limit_window_bound", "006_enqueue",
                                                "007_status_page", "008_queue_caps",
                                                "009_queued_xid", "010_running_xid",
-                                               "011_worker_running_xid"};
+                                               "011_worker_running_xid", "012_worker_stops",
+                                               "013_queue_floors"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -95,7 +96,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "011_worker_running_xid");
+  CHECK(ExpectedSchemaVersion() == "013_queue_floors");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -259,13 +260,13 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
       "SELECT table_name FROM information_schema.tables WHERE table_schema = 'akadze'"
       " ORDER BY table_name");
   CHECK(Column(tables) == std::vector<std::string>{"jobs", "limit_starts", "limits",
-                                                   "periodic_runs", "queue_caps", "queue_minutes",
-                                                   "queue_pauses", "schema_migrations", "workers"});
+                                                   "periodic_runs", "queue_caps", "queue_floors", "queue_minutes",
+                                                   "queue_pauses", "schema_migrations", "worker_stops", "workers"});
   Result others = conn.exec(
       "SELECT table_name || '.' || column_name || ':' || data_type || ':' || is_nullable"
       " FROM information_schema.columns WHERE table_schema = 'akadze'"
       " AND table_name IN ('workers', 'periodic_runs', 'queue_pauses', 'limits', 'queue_minutes',"
-      " 'queue_caps')"
+      " 'queue_caps', 'worker_stops', 'queue_floors')"
       " ORDER BY table_name, ordinal_position");
   CHECK(Column(others) == std::vector<std::string>{
                               "limits.key:text:NO",
@@ -278,6 +279,9 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
                               "queue_caps.queue:text:NO",
                               "queue_caps.max_running:integer:NO",
                               "queue_caps.set_at:timestamp with time zone:NO",
+                              "queue_floors.queue:text:NO",
+                              "queue_floors.floor:jsonb:NO",
+                              "queue_floors.set_at:timestamp with time zone:NO",
                               "queue_minutes.minute:timestamp with time zone:NO",
                               "queue_minutes.queue:text:NO",
                               "queue_minutes.succeeded:bigint:NO",
@@ -285,6 +289,10 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
                               "queue_minutes.cancelled:bigint:NO",
                               "queue_pauses.queue:text:NO",
                               "queue_pauses.paused_at:timestamp with time zone:NO",
+                              "worker_stops.id:uuid:NO",
+                              "worker_stops.from_xid:xid8:NO",
+                              "worker_stops.points:ARRAY:NO",
+                              "worker_stops.stopped_at:timestamp with time zone:NO",
                               "workers.id:uuid:NO",
                               "workers.hostname:text:NO",
                               "workers.pid:integer:NO",
@@ -586,7 +594,9 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
                                                            "applied 008_queue_caps",
                                                            "applied 009_queued_xid",
                                                            "applied 010_running_xid",
-                                                           "applied 011_worker_running_xid"});
+                                                           "applied 011_worker_running_xid",
+                                                           "applied 012_worker_stops",
+                                                           "applied 013_queue_floors"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});

@@ -3,6 +3,8 @@
 // against PostgreSQL are checked by differential_tests [floor].
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -149,6 +151,45 @@ TEST_CASE("claim floor: at most 8 levels (the highest), and too many pinned rows
   CHECK(Next(nullptr, {}, many, KnownPrefix{true, std::nullopt}, {}).empty());
   many.pop_back();
   CHECK(Next(nullptr, {}, many, KnownPrefix{true, std::nullopt}, {}).pinned.size() == kMaxPinned);
+}
+
+TEST_CASE("claim floor: a stored floor round-trips its levels, pinned rows, snapshot and server", "[claim_floor]") {
+  ClaimFloor f;
+  f.levels = {At(std::numeric_limits<std::int32_t>::max(), std::numeric_limits<std::int64_t>::min(), 1),
+              At(0, 5, std::numeric_limits<std::int64_t>::max()),
+              At(std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int64_t>::max(), -3)};
+  f.pinned = {7, std::numeric_limits<std::int64_t>::min(), 9};
+  f.snapshot = "100:105:101,104";
+  f.server_started = "2026-12-07 04:00:00.1+00";
+  f.running["k"] = RunningFloor{100, {}, {1, 2}};
+  const std::optional<ClaimFloor> back = StoredFloorFromJson(StoredFloorJson(f));
+  REQUIRE(back);
+  CHECK(back->levels == f.levels);
+  CHECK(back->pinned == f.pinned);
+  CHECK(back->snapshot == f.snapshot);
+  CHECK(back->server_started == f.server_started);
+  CHECK(back->running.empty());  // not stored: a key's first count reads it whole
+  const std::string ok = R"("pinned": [], "snapshot": "1:2:", "server": "s"})";
+  CHECK(StoredFloorFromJson(R"({"v": 1, "levels": [[1, 2, 3]], )" + ok));
+  for (const std::string& bad : std::vector<std::string>{std::string("not json"), std::string("[]"), std::string("{}"),
+        R"({"v": 2, "levels": [[1, 2, 3]], )" + ok,                      // another version
+        R"({"v": 1, "levels": [], )" + ok,                               // no level
+        R"({"v": 1, "levels": [[1, 2]], )" + ok,                         // a level of two
+        R"({"v": 1, "levels": [[2147483648, 2, 3]], )" + ok,             // priority past int4
+        R"({"v": 1, "levels": [[1, 2, 9223372036854775808]], )" + ok,    // id past int8
+        R"({"v": 1, "levels": [[1, 2.5, 3]], )" + ok,                    // not an integer
+        R"({"v": 1, "levels": [[1, 2, 3], [1, 4, 5]], )" + ok,           // one level twice
+        R"({"v": 1, "levels": [[1, 2, 3], [2, 4, 5]], )" + ok,           // not highest first
+        R"({"v": 1, "levels": [[1, 2, 3]], "pinned": ["7"], "snapshot": "1:2:", "server": "s"})",
+        R"({"v": 1, "levels": [[1, 2, 3]], "pinned": [], "snapshot": "2:1:", "server": "s"})",
+        R"({"v": 1, "levels": [[1, 2, 3]], "pinned": [], "snapshot": "1:2:", "server": ""})",
+        R"({"v": 1, "levels": [[1, 2, 3]], "pinned": [], "snapshot": "1:2:"})"}) {
+    INFO(bad);
+    CHECK_FALSE(StoredFloorFromJson(bad));
+  }
+  nlohmann::json many = nlohmann::json::parse(R"({"v": 1, "levels": [[1, 2, 3]], )" + ok);
+  for (std::size_t i = 0; i <= kMaxPinned; ++i) many["pinned"].push_back(i);
+  CHECK_FALSE(StoredFloorFromJson(many.dump()));
 }
 
 TEST_CASE("claim floor: pg_snapshot text, and when a floor may serve", "[claim_floor]") {

@@ -1,0 +1,33 @@
+// A queue's claim floor kept in akadze.queue_floors (migration 013), so
+// that a process without a floor of its own (a daemon's first claim after a
+// restart, `akadzed claim --dry-run`) reads past the dead prefix of the
+// queue's levels too, not from the heads (docs/claim.md, "Stored floors").
+//
+// A floor is a fact about the database for its snapshot (claim_floor.h:
+// every queued row at or before it that a later snapshot sees is pinned or
+// was written by a transaction the snapshot does not see), not about what
+// the claim that set it knew, so a claim of any process may start from it;
+// FloorUsable still checks that it is of the same server and that
+// transaction ids did not go back. The table is a cache: a row missing or
+// unreadable only costs reads.
+//
+// Thread-safety: uses the connection it is given.
+#pragma once
+
+#include <string>
+
+#include "claim/claim_floor.h"
+#include "pg/connection.h"
+
+namespace akadzed {
+
+// Writes `floor` (its levels, pinned rows, snapshot and server; not its
+// running floors) as `queue`'s. Nothing for an empty floor. One statement,
+// autocommit.
+void SaveQueueFloor(pg::Connection& conn, const std::string& queue, const ClaimFloor& floor);
+
+// `queue`'s stored floor, or an empty one when there is none or it is not
+// one SaveQueueFloor wrote.
+ClaimFloor LoadQueueFloor(pg::Connection& conn, const std::string& queue);
+
+}  // namespace akadzed
