@@ -704,11 +704,9 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
                              held_max, rise);
     // What the suite asserts, issue 41's bounds: the daemon's own claims
     // (2 x fresh + 1 ms; on 4e9efdc 1.3-1.4 -> 27-41 ms in a 60 s hold),
-    // the jobs' enqueue-to-start p99 and the backlog. The warm dry runs'
-    // bound is not met yet (each run takes nothing and reads below its
-    // floor what the daemon claimed since: 0.3 -> 9-13 ms): asserted only
-    // with AKADZED_ENDURANCE_STRICT=1 and printed otherwise (docs/testing.md).
-    std::vector<std::string> not_met;
+    // the warm dry runs (they start from the queue's stored floor: 0.3 ->
+    // 4-5 ms before it, 0.3 -> 0.3 with it), the jobs' enqueue-to-start p99
+    // and the backlog (docs/testing.md).
     const double daemon_bound = 2 * r.fresh.daemon_claim_ms + 1;
     if (!(r.held.daemon_claim_ms <= daemon_bound)) {
       broken.push_back(fmt::format("{}: the daemon's mean claim at the end of the hold {} ms > {} ms (2 x fresh {} ms + 1 ms)",
@@ -716,7 +714,7 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
     }
     const double claim_bound = 2 * r.fresh.warm_claim_ms + 1;
     if (!(r.held.warm_claim_ms <= claim_bound)) {
-      not_met.push_back(fmt::format("{}: warm claim at the end of the hold {} ms > {} ms (2 x fresh {} ms + 1 ms)",
+      broken.push_back(fmt::format("{}: warm claim at the end of the hold {} ms > {} ms (2 x fresh {} ms + 1 ms)",
                                     r.v.name, Ms(r.held.warm_claim_ms), Ms(claim_bound), Ms(r.fresh.warm_claim_ms)));
     }
     const double p99_bound = 2 * r.fresh.p99_ms + 10;
@@ -735,12 +733,6 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
     if (rise > rate / 4.0) {
       broken.push_back(fmt::format("{}: the ready backlog rose by {:.0f} over the hold's last third (least squares) > {} (a quarter second of arrivals)",
                                     r.v.name, rise, rate / 4));
-    }
-    const char* strict = std::getenv("AKADZED_ENDURANCE_STRICT");
-    if (strict && std::string(strict) == "1") {
-      broken.insert(broken.end(), not_met.begin(), not_met.end());
-    } else {
-      for (const std::string& n : not_met) std::cout << "  not met yet (asserted with AKADZED_ENDURANCE_STRICT=1): " << n << "\n";
     }
   }
   std::cout << "\nother statements, median ms fresh -> end of the hold (printed, not asserted):\n";
