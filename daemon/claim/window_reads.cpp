@@ -13,20 +13,6 @@ using pg::Statement;
 
 namespace {
 
-// run_at as microseconds since 2000-01-01 UTC (PostgreSQL's own epoch), for
-// the planner. PostgreSQL keeps a timestamptz as exactly that int8, so every
-// finite value fits (counted from 1970, 294276 AD would not), and
-// '-infinity' and 'infinity', which the schema accepts (docs/reliability.md,
-// "Extreme values"), are the int8 extremes, as PostgreSQL stores them: they
-// keep their order, and Timestamp() maps every value back exactly.
-std::string RunAtMicros(const std::string& column) {
-  // EXTRACT(EPOCH FROM a timestamptz) goes through a double and rounds far
-  // from 2000; from the interval since 2000 it is exact.
-  return "(CASE WHEN isfinite(" + column + ") THEN (EXTRACT(EPOCH FROM " + column +
-         " - '2000-01-01 00:00:00+00'::timestamptz) * 1000000)::int8 WHEN " + column +
-         " > now() THEN 9223372036854775807::int8 ELSE (-9223372036854775807 - 1)::int8 END)";
-}
-
 // The columns of a ReadyRow. The effective priority is SPEC §2's formula,
 // evaluated by PostgreSQL at the claim transaction's now(). A job's age is
 // counted from run_at held within [the earliest timestamptz, now()]: a
@@ -40,21 +26,10 @@ std::string RowColumns(Statement& st, const ReadContext& ctx, const std::string&
     effective = "(" + a + "priority + GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (now() - " +
                 PastTimestampSql(a + "run_at") + ")) / " + st.bind(ctx.aging_seconds) + "::numeric)))::int8";
   }
-  return a + "id, " + a + "limit_key, " + a + "priority, " + RunAtMicros(a + "run_at") + " AS run_at_us, " +
+  return a + "id, " + a + "limit_key, " + a + "priority, " + MicrosSince2000Sql(a + "run_at") + " AS run_at_us, " +
          effective + " AS effective";
 }
 
-// The exact timestamptz RunAtMicros() made the int8 held by `param` from.
-std::string Timestamp(const std::string& param) {
-  return "(CASE " + param + "::int8 WHEN 9223372036854775807 THEN 'infinity'::timestamptz"
-         " WHEN -9223372036854775807 - 1 THEN '-infinity'::timestamptz"
-         // Whole days and the microseconds left, on a timestamp without time
-         // zone: exact (an interval times a number goes through a double), and
-         // no time zone's daylight saving shifts a day.
-         " ELSE ('2000-01-01 00:00:00'::timestamp + make_interval(days => (" + param +
-         "::int8 / 86400000000)::int, secs => (" + param + "::int8 % 86400000000) / 1000000.0))"
-         " AT TIME ZONE 'UTC' END)";
-}
 
 // The skip filter of a window.
 std::string SkipFilter(Statement& st, const std::vector<std::string>& keys, bool skip_null) {
@@ -128,7 +103,7 @@ Statement WindowStatement(const ReadContext& ctx, const WindowRead& read, const 
   const std::string inner = "SELECT *" + from;
   auto after_position = [&](const IndexPosition& p) {
     return " AND priority = " + st.bind(std::int64_t{p.priority}) + " AND (run_at, id) > (" +
-           Timestamp(st.bind(p.run_at_us)) + ", " + st.bind(p.id) + ") ORDER BY run_at, id LIMIT " + limit;
+           TimestampFromMicrosSql(st.bind(p.run_at_us)) + ", " + st.bind(p.id) + ") ORDER BY run_at, id LIMIT " + limit;
   };
   auto levels_between = [&](std::optional<std::int64_t> hi, std::optional<std::int64_t> lo) {
     std::string cond;
@@ -191,10 +166,10 @@ std::string GroupRangeSql(Statement& st, const ReadContext& ctx, const std::stri
   const std::string base = "SELECT * FROM akadze.jobs WHERE queue = " + st.bind(ctx.queue) + " AND " +
                            group_cond + " AND " + kReadyJobSql;
   const std::string pa = st.bind(std::int64_t{after.priority});
-  const std::string ra = "(" + Timestamp(st.bind(after.run_at_us)) + ", " + st.bind(after.id) + ")";
+  const std::string ra = "(" + TimestampFromMicrosSql(st.bind(after.run_at_us)) + ", " + st.bind(after.id) + ")";
   std::vector<std::string> arms;
   if (through && through->priority == after.priority) {
-    const std::string rx = "(" + Timestamp(st.bind(through->run_at_us)) + ", " + st.bind(through->id) + ")";
+    const std::string rx = "(" + TimestampFromMicrosSql(st.bind(through->run_at_us)) + ", " + st.bind(through->id) + ")";
     arms.push_back(base + " AND priority = " + pa + " AND (run_at, id) > " + ra + " AND (run_at, id) <= " +
                    rx + " ORDER BY run_at, id LIMIT " + limit);
   } else {
@@ -203,7 +178,7 @@ std::string GroupRangeSql(Statement& st, const ReadContext& ctx, const std::stri
     std::string lower = base + " AND priority <= " + pa + "::int - 1";
     if (through) {
       const std::string px = st.bind(std::int64_t{through->priority});
-      const std::string rx = "(" + Timestamp(st.bind(through->run_at_us)) + ", " + st.bind(through->id) + ")";
+      const std::string rx = "(" + TimestampFromMicrosSql(st.bind(through->run_at_us)) + ", " + st.bind(through->id) + ")";
       lower += " AND priority >= " + px + "::int + 1";
       arms.push_back(base + " AND priority = " + px + " AND (run_at, id) <= " + rx +
                      " ORDER BY run_at, id LIMIT " + limit);
@@ -445,7 +420,7 @@ std::vector<std::vector<ReadyRow>> ReadLevelWindows(pg::Transaction& tx, const R
   st.sql = "SELECT s.n, " + RowColumns(st, ctx, "j") + " FROM " + streams +
            " CROSS JOIN LATERAL (SELECT * FROM akadze.jobs WHERE queue = " + queue +
            " AND priority = s.p AND " + kReadyJobSql + skip +
-           " AND (NOT s.has_after OR (run_at, id) > (" + Timestamp("s.r") + ", s.i))"
+           " AND (NOT s.has_after OR (run_at, id) > (" + TimestampFromMicrosSql("s.r") + ", s.i))"
            " ORDER BY run_at, id LIMIT s.lim) j";
   st.sql = WithUnlockedCounts(st, st.sql, "w.n, w.run_at_us, w.id", counts);
   pg::Result r = tx.exec(st);
@@ -467,7 +442,7 @@ pg::Statement DeadEntriesStatement() {
 
 pg::Statement FloorSnapshotStatement() {
   Statement st;
-  st.sql = "SELECT " + std::string(kFloorSnapshotSql) + ", pg_postmaster_start_time()::text, " + RunAtMicros("now()");
+  st.sql = "SELECT " + std::string(kFloorSnapshotSql) + ", pg_postmaster_start_time()::text, " + MicrosSince2000Sql("now()");
   return st;
 }
 
@@ -503,7 +478,7 @@ pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floo
            "::int8[]) AS u(id) CROSS JOIN LATERAL (" + by_id + " AND id = u.id OFFSET 0) j)) w"
            " WHERE EXISTS (SELECT 1 FROM unnest(" + st.bind_array(p) + "::int[], " + st.bind_array(r) +
            "::int8[], " + st.bind_array(i) + "::int8[]) AS f(p, r, i)"
-           " WHERE w.priority = f.p AND (w.run_at, w.id) <= (" + Timestamp("f.r") + ", f.i))"
+           " WHERE w.priority = f.p AND (w.run_at, w.id) <= (" + TimestampFromMicrosSql("f.r") + ", f.i))"
            " ORDER BY w.priority DESC, w.run_at, w.id";
   return st;
 }
@@ -523,12 +498,12 @@ std::vector<ReadyRow> ReadCatchUp(pg::Transaction& tx, const ReadContext& ctx, c
   if (read.after) {
     const std::string p = st.bind(std::int64_t{read.after->priority});
     st.sql += " AND (priority < " + p + " OR (priority = " + p + " AND (run_at, id) > (" +
-              Timestamp(st.bind(read.after->run_at_us)) + ", " + st.bind(read.after->id) + ")))";
+              TimestampFromMicrosSql(st.bind(read.after->run_at_us)) + ", " + st.bind(read.after->id) + ")))";
   }
   if (read.through) {
     const std::string p = st.bind(std::int64_t{read.through->priority});
     st.sql += " AND (priority > " + p + " OR (priority = " + p + " AND (run_at, id) <= (" +
-              Timestamp(st.bind(read.through->run_at_us)) + ", " + st.bind(read.through->id) + ")))";
+              TimestampFromMicrosSql(st.bind(read.through->run_at_us)) + ", " + st.bind(read.through->id) + ")))";
   }
   st.sql += " ORDER BY priority DESC, run_at, id";
   return ToRows(tx.exec(st));

@@ -87,6 +87,20 @@ std::string AppendErrorSql(std::string_view errors, std::string_view error,
 // never NULL (GREATEST skips a NULL: it would read as 4714 BC).
 std::string PastTimestampSql(std::string_view column);
 
+// A timestamptz column as int8 microseconds since 2000-01-01 UTC
+// (PostgreSQL's own epoch), exactly: PostgreSQL keeps a timestamptz as that
+// int8, so every finite value fits (counted from 1970, 294276 AD would
+// not), and EXTRACT(EPOCH FROM a timestamptz) goes through a double and
+// rounds far from 2000, where from the interval since 2000 it is exact.
+// '-infinity' and 'infinity', which the schema accepts (docs/reliability.md,
+// "Extreme values"), are INT64_MIN and INT64_MAX, as PostgreSQL stores
+// them: they keep their order. For the claim's run_at positions and the
+// pruning floor.
+std::string MicrosSince2000Sql(std::string_view column);
+// The exact timestamptz MicrosSince2000Sql made the int8 `param` (an SQL
+// expression) from.
+std::string TimestampFromMicrosSql(std::string_view param);
+
 // ISO-8601 UTC text of a timestamptz column, e.g.
 // "2026-11-30T01:23:05.123456Z"; 'infinity' and '-infinity' as themselves.
 std::string IsoTimestampSql(std::string_view column);

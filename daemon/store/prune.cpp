@@ -1,20 +1,40 @@
 #include "store/prune.h"
 
 #include "pg/params.h"
+#include "pg/result.h"
+#include "store/job_sql.h"
 
 namespace akadzed {
 
-PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batch) {
+namespace {
+
+// jobs_finished_at_idx covers exactly these rows, oldest first; from the
+// floor ($3) on, when `from_floor` (a statement of its own: a generic plan
+// of `$3 IS NULL OR ...` could not read a range).
+std::string PruneJobsSql(bool from_floor) {
+  return "WITH gone AS (DELETE FROM akadze.jobs WHERE id IN (SELECT id FROM akadze.jobs"
+         "  WHERE state IN ('succeeded', 'failed', 'cancelled')"
+         "    AND finished_at < now() - $1::bigint * interval '1 microsecond'" +
+         (from_floor ? " AND finished_at >= " + TimestampFromMicrosSql("$3") : std::string()) +
+         "  ORDER BY finished_at LIMIT $2::int FOR UPDATE SKIP LOCKED) RETURNING finished_at)"
+         " SELECT count(*), " + MicrosSince2000Sql("max(finished_at)") + " FROM gone";
+}
+
+}  // namespace
+
+PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batch, PruneFloor* floor) {
   pg::Params params;
   params.add(retention_us).add(batch);
   PruneCounts counts;
-  // jobs_finished_at_idx covers exactly these rows, oldest first.
-  counts.jobs = conn.exec(
-      "DELETE FROM akadze.jobs WHERE id IN (SELECT id FROM akadze.jobs"
-      "  WHERE state IN ('succeeded', 'failed', 'cancelled')"
-      "    AND finished_at < now() - $1::bigint * interval '1 microsecond'"
-      "  ORDER BY finished_at LIMIT $2::int FOR UPDATE SKIP LOCKED)",
-      params).affected();
+  static const std::string kFromHead = PruneJobsSql(false);
+  static const std::string kFromFloor = PruneJobsSql(true);
+  const bool from_floor = floor != nullptr && floor->finished_at_us.has_value();
+  pg::Params job_params;
+  job_params.add(retention_us).add(batch);
+  if (from_floor) job_params.add(*floor->finished_at_us);
+  const pg::Result jobs = conn.exec(from_floor ? kFromFloor : kFromHead, job_params);
+  counts.jobs = jobs.int64(0, 0);
+  if (floor != nullptr && !jobs.is_null(0, 1)) floor->finished_at_us = jobs.int64(0, 1);
   counts.periodic_runs = conn.exec(
       "DELETE FROM akadze.periodic_runs WHERE (name, fire_at) IN (SELECT name, fire_at"
       "  FROM akadze.periodic_runs WHERE fire_at < now() - $1::bigint * interval '1 microsecond'"

@@ -34,11 +34,16 @@ void Pruner::Stop() { loop_.Stop(); }
 std::chrono::microseconds Pruner::Round() {
   PruneCounts total;
   std::chrono::microseconds wait(config_.interval_us);
+  const auto now = loop_.clock().Now();
+  if (floor_since_ == ServiceClock::time_point{} || now - floor_since_ >= kPruneFloorReset) {
+    floor_ = PruneFloor{};
+    floor_since_ = now;
+  }
   try {
     // Batches until every table is below a full batch, or we are stopped.
     for (bool more = true; more && !loop_.stop_requested();) {
       PruneCounts c = session_.Run(
-          [&](pg::Connection& conn) { return PruneBatch(conn, config_.retention_us, config_.batch_size); });
+          [&](pg::Connection& conn) { return PruneBatch(conn, config_.retention_us, config_.batch_size, &floor_); });
       total.jobs += c.jobs;
       total.periodic_runs += c.periodic_runs;
       total.start_marks += c.start_marks;

@@ -32,14 +32,22 @@ class Pruner {
   // One round, on the caller's thread: batches until every table is below
   // a full batch (or stop is requested), logs what it deleted (`prune`) or
   // its failure (`prune_failed`, `prune_recovered` after an outage).
-  // Returns the wait before the next round.
+  // Returns the wait before the next round. Its batches read finished jobs
+  // from the floor the ones before left (store/prune.h), kept from round to
+  // round and dropped every kPruneFloorReset: a job behind it that no batch
+  // deleted (locked when its batch ran) is pruned within that.
   std::chrono::microseconds Round();
+
+  static constexpr std::chrono::minutes kPruneFloorReset{10};
 
  private:
   DbSession session_;
   PruningConfig config_;
   ServiceLoop loop_;
   RoundGuard guard_;
+  // The loop's thread only.
+  PruneFloor floor_;
+  ServiceClock::time_point floor_since_{};
 };
 
 }  // namespace akadzed

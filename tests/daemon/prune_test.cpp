@@ -2,9 +2,14 @@
 // stays, batches, and the daemon's pruner thread.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include <signal.h>
 
 #include "pg/connection.h"
+#include "pg/transaction.h"
+#include "store/prune.h"
+#include "support/index_stats.h"
 #include "support/daemon_process.h"
 #include "support/test_cluster.h"
 #include "worker/pruner.h"
@@ -46,6 +51,64 @@ TEST_CASE("a prune batch deletes old finished jobs, periodic runs and start mark
   CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs WHERE finished_at < now() - interval '2 days'") == 0);
   CHECK(test::Count(conn, "SELECT count(*) FROM akadze.periodic_runs") == 1);
   CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 1);
+}
+
+// The pruning floor (store/prune.h): batches read finished jobs from the
+// latest finished_at the batches before deleted. What lies behind it and no
+// batch deleted (here a job written later with an older finished_at) waits
+// for a batch without the floor; infinite finished_at values are floors too.
+TEST_CASE("a prune batch with a floor reads from it; a job behind it goes once the floor is dropped",
+          "[prune][floor]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  const std::int64_t week = 7LL * 24 * 3600 * 1'000'000;
+  conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) SELECT 't', 'succeeded',"
+            " now() - interval '9 days' + g * interval '1 second' FROM generate_series(1, 10) g");
+  conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) VALUES ('t', 'failed', '-infinity')");
+  PruneFloor floor;
+  CHECK(PruneBatch(conn, week, 1, &floor).jobs == 1);  // -infinity first
+  REQUIRE(floor.finished_at_us);
+  CHECK(*floor.finished_at_us == std::numeric_limits<std::int64_t>::min());
+  CHECK(PruneBatch(conn, week, 4, &floor).jobs == 4);
+  const std::int64_t after_four = *floor.finished_at_us;
+  // Written now with a finished_at older than the floor.
+  conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) VALUES ('t', 'cancelled', now() - interval '10 days')");
+  CHECK(PruneBatch(conn, week, 100, &floor).jobs == 6);
+  CHECK(*floor.finished_at_us > after_four);
+  CHECK(PruneBatch(conn, week, 100, &floor).jobs == 0);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 1);
+  // Without the floor (as the pruner every 10 minutes), it goes.
+  PruneFloor fresh;
+  CHECK(PruneBatch(conn, week, 100, &fresh).jobs == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 0);
+}
+
+// Issue 41, goal 2: while another session holds the horizon back, every
+// job pruning deleted keeps a dead entry at the head of
+// jobs_finished_at_idx. Batches with the floor read past them (from the
+// head, each of 30 batches of 100 reads them all again).
+TEST_CASE("under a held horizon prune batches with the floor read each dead entry once", "[prune][horizon]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection report = pg::Connection::Open(db);
+  pg::Connection stats = pg::Connection::Open(db);
+  conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) SELECT 't', 'succeeded',"
+            " now() - interval '9 days' + g * interval '1 millisecond' FROM generate_series(1, 3000) g");
+  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+  held.exec("SELECT 1");
+  const std::int64_t week = 7LL * 24 * 3600 * 1'000'000;
+  PruneFloor floor;
+  // The first batch, from the head (its plan may read every entry that is
+  // old enough, and sort them).
+  REQUIRE(PruneBatch(conn, week, 100, &floor).jobs == 100);
+  test::AwaitStatistics(conn, [&] { return test::IndexTuplesRead(stats, "akadze.jobs_finished_at_idx") >= 100; });
+  const std::int64_t before = test::IndexTuplesRead(stats, "akadze.jobs_finished_at_idx");
+  for (int i = 1; i < 30; ++i) REQUIRE(PruneBatch(conn, week, 100, &floor).jobs == 100);
+  CHECK(PruneBatch(conn, week, 100, &floor).jobs == 0);
+  test::AwaitStatistics(conn, [&] { return test::IndexTuplesRead(stats, "akadze.jobs_finished_at_idx") >= before + 2900; });
+  // The next 29 batches: their own entries, and the last one deleted again
+  // at each batch's start (from the head: every dead entry before, each).
+  CHECK(test::IndexTuplesRead(stats, "akadze.jobs_finished_at_idx") - before <= 2900 + 30 * 3);
+  held.rollback();
 }
 
 TEST_CASE("the daemon prunes finished jobs past the retention", "[prune][daemon]") {
