@@ -13,7 +13,7 @@
 -- and its running_xid (010) is at or past from_xid or one of points
 -- (core/running_floor.h): the rescue reads that range of the index for the
 -- id, not its entries whole. Rows are akadzed's own; one missing only costs
--- reads. A rescue round deletes those older than a day.
+-- reads. Recording a stop deletes those older than a day.
 CREATE TABLE akadze.worker_stops (
     id uuid PRIMARY KEY,
     from_xid xid8 NOT NULL,

@@ -10,7 +10,7 @@
 -- four minutes of a hold at 1,000 jobs/s). A floor says what is true of
 -- the database for its snapshot, not what one process knows, so any claim
 -- on the same server may start from it. The daemons write their queue's
--- here, at most once a second each; a process without a floor of its own
+-- here, at most every 10 seconds each; a process without a floor of its own
 -- reads it. A cache: a row missing, or unreadable, only costs reads; delete
 -- the rows to start every claim from the heads.
 CREATE TABLE akadze.queue_floors (

@@ -129,7 +129,9 @@ std::string StoredFloorJson(const ClaimFloor& floor) {
 
 std::optional<ClaimFloor> StoredFloorFromJson(std::string_view text) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("v", 0) != 1) return std::nullopt;
+  if (!j.is_object()) return std::nullopt;
+  const auto version = j.find("v");
+  if (version == j.end() || !version->is_number_integer() || version->get<std::int64_t>() != 1) return std::nullopt;
   const auto levels = j.find("levels");
   const auto pinned = j.find("pinned");
   const auto snapshot = j.find("snapshot");

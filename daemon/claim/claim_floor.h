@@ -84,6 +84,12 @@ struct ClaimFloor {
   // used only on the same server (a promoted standby or a restored backup
   // has transaction ids of another history).
   std::string server_started;
+  // The connection (pg::Connection::serial) the floor was set or loaded
+  // through: RunClaim uses it only through the same one, since a new
+  // connection may reach a server that lost transactions since (a crash
+  // with synchronous_commit off keeps pg_postmaster_start_time() and hands
+  // their ids out again). Not stored (claim/stored_floor.h).
+  std::uint64_t connection = 0;
   // The limit keys' running floors, each for its own count's snapshot (all
   // no earlier than S, on the same server). They are kept with an empty
   // `levels` too, and then S is still set.

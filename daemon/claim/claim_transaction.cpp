@@ -753,6 +753,8 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
   if (request.floor) {
     floor = std::move(*request.floor);
     request.floor->clear();
+    // Set through another connection: not believed (pg::Connection::serial).
+    if (floor.connection != conn.serial()) floor.clear();
   }
   std::optional<ClaimFloor> next_floor;
   int windows = 0, keyed_windows = 0, lock_rounds = 0, keys_locked_elsewhere = 0, speculation_failures = 0;
@@ -811,7 +813,10 @@ ClaimResult RunClaim(pg::Connection& conn, const ClaimRequest& request) {
     again.exclude_ids.insert(again.exclude_ids.end(), outcome.taken_elsewhere.begin(),
                              outcome.taken_elsewhere.end());
   }
-  if (request.floor && next_floor) *request.floor = std::move(*next_floor);
+  if (request.floor && next_floor) {
+    *request.floor = std::move(*next_floor);
+    request.floor->connection = conn.serial();
+  }
   result.windows = windows;
   result.keyed_windows = keyed_windows;
   result.rows_read = rows_read;

@@ -15,7 +15,11 @@ void SaveQueueFloor(pg::Connection& conn, const std::string& queue, const ClaimF
 ClaimFloor LoadQueueFloor(pg::Connection& conn, const std::string& queue) {
   pg::Result r = conn.exec("SELECT floor::text FROM akadze.queue_floors WHERE queue = $1", pg::Params().add(queue));
   if (r.rows() != 1) return {};
-  return StoredFloorFromJson(r.text(0, 0)).value_or(ClaimFloor{});
+  // A stored row is as durable as the claims its snapshot saw (they were
+  // committed before it was written): true on whatever server has it.
+  ClaimFloor floor = StoredFloorFromJson(r.text(0, 0)).value_or(ClaimFloor{});
+  if (!floor.empty()) floor.connection = conn.serial();
+  return floor;
 }
 
 }  // namespace akadzed

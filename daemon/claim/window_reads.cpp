@@ -442,7 +442,7 @@ pg::Statement DeadEntriesStatement() {
 
 pg::Statement FloorSnapshotStatement() {
   Statement st;
-  st.sql = "SELECT " + std::string(kFloorSnapshotSql) + ", pg_postmaster_start_time()::text, " + MicrosSince2000Sql("now()");
+  st.sql = "SELECT " + std::string(kFloorSnapshotSql) + ", " + kServerStartedSql + ", " + MicrosSince2000Sql("now()");
   return st;
 }
 

@@ -1,5 +1,7 @@
 #include "pg/connection.h"
 
+#include <atomic>
+
 #include <poll.h>
 
 #include <algorithm>
@@ -140,6 +142,8 @@ Connection Connection::Open(const std::string& conninfo, std::string_view applic
   }
   PQsetNoticeReceiver(raw, &LogNotice, nullptr);
   Connection conn(raw);
+  static std::atomic<std::uint64_t> next_serial{0};
+  conn.serial_ = ++next_serial;
   conn.bounds_.stall = std::max(bounds.stall, std::chrono::milliseconds(0));
   conn.bounds_.reply = std::max(bounds.reply, std::chrono::milliseconds(0));
   // Sending never blocks: Await() flushes within the reply's deadline.

@@ -119,6 +119,14 @@ class Connection {
   // statement's first exec() two: it is prepared first).
   std::int64_t round_trips() const { return round_trips_; }
 
+  // This process's number for the connection: each Open() gets the next one.
+  // What a reader knew of the database in memory (a claim's floor, the
+  // reconcile's) is kept only while it reads through the same connection: a
+  // new one may reach a server that lost transactions since (a crash with
+  // synchronous_commit off hands their ids out again, under the same
+  // pg_postmaster_start_time()), where what it knew is no longer true.
+  std::uint64_t serial() const { return serial_; }
+
   // True when the connection goes through a pooler: the server process that
   // answers is not the one the login reported. Asked once (one round trip),
   // then remembered. Throws like exec().
@@ -174,6 +182,7 @@ class Connection {
   bool prepare_ = true;         // false once pooled, or once a prepared statement failed
   std::unordered_set<std::uint64_t> prepared_;  // statement hashes prepared here
   std::int64_t round_trips_ = 0;
+  std::uint64_t serial_ = 0;
   int failed_statement_ = -1;  // see failed_statement()
 };
 

@@ -56,6 +56,12 @@ inline constexpr const char* kFloorSnapshotSql =
     "(SELECT o.s || CASE WHEN o.x IS NULL THEN '' WHEN o.s LIKE '%:' THEN o.x::text ELSE ',' || o.x::text END"
     " FROM (SELECT pg_current_snapshot()::text AS s, pg_current_xact_id_if_assigned() AS x) o)";
 
+// The server a floor was taken on, as text: pg_postmaster_start_time() as
+// epoch seconds (with microseconds), the same whatever the session's
+// TimeZone and DateStyle, so that a floor one process stored matches in
+// another (claim/stored_floor.h).
+inline constexpr const char* kServerStartedSql = "extract(epoch FROM pg_postmaster_start_time())::text";
+
 // Settings local to a transaction whose statements each read a few rows of
 // akadze.jobs through an index (a claim, a finish): no table scan, hash or
 // merge join, so a plan joins row by row through an index. A generic plan

@@ -33,8 +33,10 @@ void RecordWorkerStops(pg::Connection& conn, const std::vector<std::string>& wor
   if (worker_ids.empty()) return;
   std::vector<std::string> points;
   for (std::uint64_t x : floor.points) points.push_back(std::to_string(x));
-  // A stop already recorded stays: it is as true as this one.
-  conn.exec("INSERT INTO akadze.worker_stops (id, from_xid, points)"
+  // A stop already recorded stays: it is as true as this one. Stops older
+  // than a day go.
+  conn.exec("WITH pruned AS (DELETE FROM akadze.worker_stops WHERE stopped_at < now() - interval '1 day')"
+            " INSERT INTO akadze.worker_stops (id, from_xid, points)"
             " SELECT id, $2::xid8, $3::xid8[] FROM unnest($1::uuid[]) AS u(id) ON CONFLICT (id) DO NOTHING",
             pg::Params().add_array(worker_ids).add(std::to_string(floor.from_xid)).add_array(points));
 }
@@ -45,7 +47,12 @@ void DeregisterWorker(pg::Connection& conn, const std::string& worker_id, OwnedJ
   // Its stop is recorded only when nothing runs under it (a job left
   // running is the rescue's, found in its range).
   if (OwnedRunningJobs(conn, worker_id, 0, floor).empty() && floor->worker_id == worker_id) {
-    RecordWorkerStops(conn, {worker_id}, floor->running);
+    // Only saves the rescue reads: the row goes even when the stop cannot be
+    // written (the role lacks its GRANT).
+    try {
+      RecordWorkerStops(conn, {worker_id}, floor->running);
+    } catch (const pg::SqlError&) {
+    }
   }
   conn.exec("DELETE FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(worker_id));
 }
@@ -58,7 +65,7 @@ namespace {
 std::string OwnedJobsSql(const std::string& of_worker) {
   return std::string("SELECT s.snap, s.server, j.id, j.run_count, j.cancel_requested_at IS NOT NULL,"
                      " COALESCE(j.started_at < now() - $2::bigint * interval '1 microsecond', true)"
-                     " FROM (SELECT ") + kFloorSnapshotSql + " AS snap, pg_postmaster_start_time()::text AS server) s"
+                     " FROM (SELECT ") + kFloorSnapshotSql + " AS snap, " + kServerStartedSql + " AS server) s"
          " LEFT JOIN LATERAL (SELECT j.id, j.run_count, j.cancel_requested_at, j.started_at"
          "   FROM akadze.jobs j WHERE " + of_worker + ") j ON true";
 }
@@ -83,7 +90,8 @@ std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& 
       "            AND running_xid = p.x OFFSET 0) x"
       "         UNION ALL SELECT unnest($5::int8[]))"
       " AND j.worker_id = $1::uuid AND (j.state = 'running') IS TRUE");
-  const bool since = floor != nullptr && !floor->worker_id.empty() && floor->worker_id == worker_id;
+  const bool since = floor != nullptr && !floor->worker_id.empty() && floor->worker_id == worker_id &&
+                     floor->connection == conn.serial();
   pg::Result rows;
   if (since) {
     std::vector<std::string> points;
@@ -111,7 +119,8 @@ std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& 
   }
   if (floor != nullptr && rows.rows() > 0) {
     if (const std::optional<SnapshotXids> s = ParseSnapshot(rows.text(0, 0))) {
-      *floor = OwnedJobsFloor{worker_id, std::string(rows.text(0, 1)), RunningFloorAfter(*s, std::move(ids))};
+      *floor = OwnedJobsFloor{worker_id, std::string(rows.text(0, 1)), RunningFloorAfter(*s, std::move(ids)),
+                              conn.serial()};
     } else {
       *floor = OwnedJobsFloor{};
     }
@@ -207,12 +216,15 @@ constexpr const char* kLostSql =
     "SELECT j.id, j.worker_id FROM akadze.jobs j LEFT JOIN akadze.workers w ON w.id = j.worker_id"
     "  WHERE j.id = ANY(ARRAY("
     // The bounds of the ranges: the registered workers (dead or not), and
-    // the stopped ones without a row (migration 012) whose floor is not
-    // past the transactions there are (a hand-written row could be).
+    // the stopped ones without a row (akadze.worker_stops, read before:
+    // $4-$7, ReadWorkerStops) whose floor is not past the transactions
+    // there are (a hand-written row could be).
     "    WITH ws AS MATERIALIZED (SELECT id, lead(id) OVER (ORDER BY id) AS next, dead, from_xid, points FROM ("
     "      SELECT id, heartbeat_at < now() - $1::bigint * interval '1 microsecond' AS dead,"
     "        NULL::xid8 AS from_xid, NULL::xid8[] AS points FROM akadze.workers"
-    "      UNION ALL SELECT s.id, NULL, s.from_xid, s.points FROM akadze.worker_stops s"
+    "      UNION ALL SELECT s.id, NULL, s.from_xid,"
+    "        ARRAY(SELECT p.x FROM unnest($6::uuid[], $7::xid8[]) AS p(w, x) WHERE p.w = s.id)"
+    "        FROM unnest($4::uuid[], $5::xid8[]) AS s(id, from_xid)"
     "        WHERE s.from_xid <= pg_snapshot_xmax(pg_current_snapshot())"
     "        AND NOT EXISTS (SELECT 1 FROM akadze.workers r WHERE r.id = s.id)) b)"
     "    SELECT id FROM akadze.jobs WHERE state = 'running' AND worker_id IS NULL"
@@ -247,6 +259,42 @@ std::vector<RescuedJob> ToRescued(const pg::Result& rows, const char* error) {
                    rows.optional_text(i, 3)});
   }
   return out;
+}
+
+// akadze.worker_stops as kLostSql's $4-$7: ids and floors, then a (id,
+// point) pair per point.
+struct WorkerStops {
+  std::vector<std::string> ids, from_xids, point_ids, points;
+};
+
+// Nothing when the role may not read the table (its GRANT is missing,
+// docs/security.md): the rescue then reads those workers' entries whole, as
+// before migration 012, rather than not at all.
+WorkerStops ReadWorkerStops(pg::Connection& conn) {
+  WorkerStops stops;
+  try {
+    const pg::Result r = conn.exec(
+        "SELECT s.id::text, s.from_xid::text, p.x::text FROM akadze.worker_stops s"
+        " LEFT JOIN LATERAL unnest(s.points) AS p(x) ON true ORDER BY s.id");
+    for (int i = 0; i < r.rows(); ++i) {
+      std::string id(r.text(i, 0));
+      if (stops.ids.empty() || stops.ids.back() != id) {
+        stops.ids.push_back(id);
+        stops.from_xids.emplace_back(r.text(i, 1));
+      }
+      if (!r.is_null(i, 2)) {
+        stops.point_ids.push_back(id);
+        stops.points.emplace_back(r.text(i, 2));
+      }
+    }
+  } catch (const pg::SqlError& e) {
+    if (e.sqlstate() != "42501") throw;
+  }
+  return stops;
+}
+
+pg::Params& AddStops(pg::Params& params, const WorkerStops& stops) {
+  return params.add_array(stops.ids).add_array(stops.from_xids).add_array(stops.point_ids).add_array(stops.points);
 }
 
 }  // namespace
@@ -286,6 +334,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
   // refuses stays running (its hook_failed is logged) and the others are
   // rescued without it.
   std::vector<std::int64_t> refused;
+  const WorkerStops stops = ReadWorkerStops(conn);
   auto rescue = [&](const std::optional<std::int64_t>& only) {
     return RunWithHooks(conn, hooks, JobState::kRunning, refused, [&] {
       pg::Params params;
@@ -295,7 +344,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       } else {
         params.add(std::optional<std::string>());
       }
-      return conn.exec(kSql, params);
+      return conn.exec(kSql, AddStops(params, stops));
     });
   };
   // One row makes the statement fail for all: each lost job alone, and one
@@ -311,8 +360,9 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
   IsolatePoisonRows(
       [&] { rescued = ToRescued(rescue(std::nullopt), "WorkerLost"); },
       [&] {
-        pg::Result lost = conn.exec(std::string(kLostSql),
-                                    pg::Params().add(ttl_us).add_array(refused).add(std::optional<std::string>()));
+        pg::Params params;
+        params.add(ttl_us).add_array(refused).add(std::optional<std::string>());
+        pg::Result lost = conn.exec(std::string(kLostSql), AddStops(params, stops));
         std::vector<Lost> each;
         for (int i = 0; i < lost.rows(); ++i) each.push_back({lost.int64(i, 0), std::nullopt});
         return each;
@@ -328,12 +378,16 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
         pg::Result rows = conn.exec(
             std::string("UPDATE akadze.jobs AS j SET state = 'failed', finished_at = now(), errors = ") +
                 AppendErrorSql("j.errors", "'Unprocessable'",
-                               "'the rescue could not record this job (SQLSTATE ' || $4 || ')'") +
+                               "'the rescue could not record this job (SQLSTATE ' || $8 || ')'") +
                 " FROM (" + kLostSql + " FOR UPDATE OF j SKIP LOCKED) lost"
                 " WHERE j.id = lost.id AND (j.state = 'running') IS NOT FALSE"
                 " RETURNING j.id, COALESCE(lost.worker_id::text, ''), j.state, j.meta ->> 'traceparent'",
-            pg::Params().add(ttl_us).add_array(refused).add_array(std::vector<std::int64_t>{job.id})
-                .add(*job.failed_with));
+            [&] {
+              pg::Params params;
+              params.add(ttl_us).add_array(refused).add_array(std::vector<std::int64_t>{job.id});
+              AddStops(params, stops).add(*job.failed_with);
+              return params;
+            }());
         for (RescuedJob& r : ToRescued(rows, "Unprocessable")) rescued.push_back(std::move(r));
       },
       [&](Lost& job, const pg::RowFaultError& error) {
@@ -347,20 +401,24 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
   // SKIP LOCKED: a row its worker is heartbeating right now is not dead.
   // The statement saw no job running under the workers it removes: their
   // stops are recorded with its snapshot (the rescue then reads only what
-  // runs under them since). Stops older than a day go.
+  // runs under them since).
   static const std::string kRemoveDead =
       std::string("WITH gone AS (DELETE FROM akadze.workers WHERE id IN (SELECT w.id FROM akadze.workers w"
                   "  WHERE w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
                   "    AND NOT EXISTS (SELECT 1 FROM akadze.jobs j WHERE j.worker_id = w.id AND j.state = 'running')"
-                  "  FOR UPDATE SKIP LOCKED) RETURNING id),"
-                  " pruned AS (DELETE FROM akadze.worker_stops WHERE stopped_at < now() - interval '1 day')"
+                  "  FOR UPDATE SKIP LOCKED) RETURNING id)"
                   " SELECT gone.id::text, ") + kFloorSnapshotSql + " FROM gone";
   pg::Result gone = conn.exec(kRemoveDead, pg::Params().add(ttl_us));
   if (gone.rows() > 0) {
     if (const std::optional<SnapshotXids> s = ParseSnapshot(gone.text(0, 1))) {
       std::vector<std::string> ids;
       for (int i = 0; i < gone.rows(); ++i) ids.emplace_back(gone.text(i, 0));
-      RecordWorkerStops(conn, ids, RunningFloorAfter(*s, {}));
+      // Only saves reads: a stop that cannot be written (the role lacks
+      // its GRANT) is not the round's failure.
+      try {
+        RecordWorkerStops(conn, ids, RunningFloorAfter(*s, {}));
+      } catch (const pg::SqlError&) {
+      }
     }
   }
   return rescued;

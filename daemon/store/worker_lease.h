@@ -45,13 +45,16 @@ struct OwnedJob {
 };
 
 // What a worker's last read of its running jobs knew (core/running_floor.h),
-// for the worker and the server it was read from (pg_postmaster_start_time:
-// a promoted standby or a restored backup has transaction ids of another
-// history). Empty `worker_id`: none.
+// for the worker, the server (pg_postmaster_start_time: a promoted standby
+// or a restored backup has transaction ids of another history) and the
+// connection it was read through. Empty `worker_id`: none.
 struct OwnedJobsFloor {
   std::string worker_id;
   std::string server_started;
   RunningFloor running;
+  // Used only through the same connection (pg::Connection::serial): a new
+  // one may reach a server that lost transactions since.
+  std::uint64_t connection = 0;
 };
 
 // The jobs the database says this worker runs now. Without `floor` (or with

@@ -19,7 +19,9 @@ namespace {
 constexpr int kMaxRefusedPerRound = 16;
 // How often a queue's stored floor is written, and read while the runner has
 // none of its own (claim/stored_floor.h).
-constexpr auto kStoredFloorWriteEvery = std::chrono::seconds(1);
+// Every 10 s, not more: while a horizon is held each write leaves a version
+// of the row that every later write and read steps over.
+constexpr auto kStoredFloorWriteEvery = std::chrono::seconds(10);
 constexpr auto kStoredFloorReadEvery = std::chrono::seconds(10);
 constexpr std::chrono::seconds kRefusalHold{10};
 

@@ -674,13 +674,45 @@ TEST_CASE("under a held horizon the rescue reads no entry of a worker that stopp
   held.rollback();
 }
 
-TEST_CASE("a rescue round deletes stops older than a day", "[lease]") {
+// akadze.worker_stops only saves reads: a daemon whose role lacks its GRANT
+// (an upgrade that did not run the new GRANTs, docs/security.md) still
+// rescues, removes dead workers' rows and deregisters (found in review: the
+// rescue failed every round with 42501).
+TEST_CASE("without a grant on akadze.worker_stops the rescue and a deregister still work", "[lease][security]") {
+  Db db;
+  const std::string role = "akadzed_no_stops_" + RandomUuid().substr(0, 8);
+  db.conn.exec("CREATE ROLE " + role + " LOGIN");
+  db.conn.exec("GRANT USAGE ON SCHEMA akadze TO " + role + ";"
+               " GRANT SELECT, INSERT, UPDATE, DELETE ON akadze.jobs, akadze.workers TO " + role);
+  {
+    pg::Connection worker = pg::Connection::Open(test::DirectConninfo(db.url) + " user=" + role);
+    db.conn.exec("INSERT INTO akadze.worker_stops (id, from_xid) VALUES (gen_random_uuid(), '1')");
+    const WorkerIdentity dead{RandomUuid(), "h", 1, {"default"}};
+    RegisterWorker(worker, dead);
+    db.worker = dead.id;
+    const std::int64_t lost = db.RunningJob();
+    db.conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '1 hour'");
+    CHECK(RescuedIds(worker) == std::set<std::int64_t>{lost});
+    CHECK(db.conn.exec("SELECT count(*) FROM akadze.workers").int64(0, 0) == 0);
+    const WorkerIdentity clean{RandomUuid(), "h", 2, {"default"}};
+    RegisterWorker(worker, clean);
+    DeregisterWorker(worker, clean.id);
+    CHECK(db.conn.exec("SELECT count(*) FROM akadze.workers").int64(0, 0) == 0);
+    CHECK(db.conn.exec("SELECT count(*) FROM akadze.worker_stops").int64(0, 0) == 1);  // none written
+  }
+  db.conn.exec("DROP OWNED BY " + role + "; DROP ROLE " + role);
+}
+
+TEST_CASE("recording a stop deletes the stops older than a day", "[lease]") {
   Db db;
   db.conn.exec("INSERT INTO akadze.worker_stops (id, from_xid, stopped_at) VALUES"
                " (gen_random_uuid(), '1', now() - interval '25 hours'),"
                " (gen_random_uuid(), '1', now() - interval '23 hours')");
-  RescuedIds(db.conn);
-  CHECK(db.conn.exec("SELECT count(*) FROM akadze.worker_stops").int64(0, 0) == 1);
+  RegisterWorker(db.conn, WorkerIdentity{db.worker, "h", 1, {"default"}});
+  DeregisterWorker(db.conn, db.worker);
+  CHECK(db.conn.exec("SELECT count(*) FROM akadze.worker_stops WHERE stopped_at < now() - interval '1 day'")
+            .int64(0, 0) == 0);
+  CHECK(db.conn.exec("SELECT count(*) FROM akadze.worker_stops").int64(0, 0) == 2);
 }
 
 TEST_CASE("heartbeat reports a vanished worker row", "[lease]") {

@@ -173,6 +173,8 @@ TEST_CASE("claim floor: a stored floor round-trips its levels, pinned rows, snap
   CHECK(StoredFloorFromJson(R"({"v": 1, "levels": [[1, 2, 3]], )" + ok));
   for (const std::string& bad : std::vector<std::string>{std::string("not json"), std::string("[]"), std::string("{}"),
         R"({"v": 2, "levels": [[1, 2, 3]], )" + ok,                      // another version
+        R"({"v": "1", "levels": [[1, 2, 3]], )" + ok,                    // not a number (threw: review)
+        R"({"v": null, "levels": [[1, 2, 3]], )" + ok,
         R"({"v": 1, "levels": [], )" + ok,                               // no level
         R"({"v": 1, "levels": [[1, 2]], )" + ok,                         // a level of two
         R"({"v": 1, "levels": [[2147483648, 2, 3]], )" + ok,             // priority past int4
