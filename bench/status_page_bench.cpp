@@ -46,6 +46,7 @@
 #include "process_cpu.h"
 #include "schema/migrations.h"
 #include "store/job_admin.h"
+#include "claim/queue_counts.h"
 #include "store/status_report.h"
 #include "support/plan_log.h"
 
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
   const std::string log = (server->directory() / "server.log").string();
   conn.exec(test::kAutoExplainSql);
   const std::uintmax_t mark = test::FileSize(log);
-  const StatusReport report = ReadStatusReport(conn);
+  const StatusReport report = ReadStatusReport(conn, CountQueuedJobs);
   conn.exec("SET auto_explain.log_min_duration = -1");
   std::vector<test::LoggedPlan> plans;
   for (int i = 0; i < 100; ++i) {  // the server writes its log after the reply
@@ -195,7 +196,7 @@ int main(int argc, char** argv) {
 
   conn.exec("CREATE EXTENSION pg_stat_statements");
   conn.exec("SELECT pg_stat_statements_reset()");
-  const Timing status = Time(conn, backend, rounds, [&] { ReadStatusReport(conn); });
+  const Timing status = Time(conn, backend, rounds, [&] { ReadStatusReport(conn, CountQueuedJobs); });
   {
     pg::Result r = conn.exec(
         "SELECT query, calls, mean_exec_time, mean_plan_time FROM pg_stat_statements"

@@ -12,14 +12,26 @@ void SaveQueueFloor(pg::Connection& conn, const std::string& queue, const ClaimF
             pg::Params().add(queue).add(StoredFloorJson(floor)));
 }
 
+std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const std::vector<std::string>& queues) {
+  std::map<std::string, ClaimFloor> floors;
+  if (queues.empty()) return floors;
+  pg::Result r = conn.exec("SELECT queue, floor::text FROM akadze.queue_floors WHERE queue = ANY($1::text[])",
+                           pg::Params().add_array(queues));
+  for (int i = 0; i < r.rows(); ++i) {
+    // A stored row is as durable as the claims its snapshot saw (they were
+    // committed before it was written): true on whatever server has it.
+    ClaimFloor floor = StoredFloorFromJson(r.text(i, 1)).value_or(ClaimFloor{});
+    if (floor.empty()) continue;
+    floor.connection = conn.serial();
+    floors.emplace(std::string(r.text(i, 0)), std::move(floor));
+  }
+  return floors;
+}
+
 ClaimFloor LoadQueueFloor(pg::Connection& conn, const std::string& queue) {
-  pg::Result r = conn.exec("SELECT floor::text FROM akadze.queue_floors WHERE queue = $1", pg::Params().add(queue));
-  if (r.rows() != 1) return {};
-  // A stored row is as durable as the claims its snapshot saw (they were
-  // committed before it was written): true on whatever server has it.
-  ClaimFloor floor = StoredFloorFromJson(r.text(0, 0)).value_or(ClaimFloor{});
-  if (!floor.empty()) floor.connection = conn.serial();
-  return floor;
+  std::map<std::string, ClaimFloor> floors = LoadQueueFloors(conn, {queue});
+  auto it = floors.find(queue);
+  return it == floors.end() ? ClaimFloor{} : std::move(it->second);
 }
 
 }  // namespace akadzed

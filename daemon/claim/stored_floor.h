@@ -14,7 +14,9 @@
 // Thread-safety: uses the connection it is given.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "claim/claim_floor.h"
 #include "pg/connection.h"
@@ -29,5 +31,8 @@ void SaveQueueFloor(pg::Connection& conn, const std::string& queue, const ClaimF
 // `queue`'s stored floor, or an empty one when there is none or it is not
 // one SaveQueueFloor wrote.
 ClaimFloor LoadQueueFloor(pg::Connection& conn, const std::string& queue);
+// The stored floors of `queues` that SaveQueueFloor wrote, by queue; one
+// statement.
+std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const std::vector<std::string>& queues);
 
 }  // namespace akadzed

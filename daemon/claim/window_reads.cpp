@@ -446,14 +446,7 @@ pg::Statement FloorSnapshotStatement() {
   return st;
 }
 
-// The rows a floor names (claim_floor.h): queued and ready, at or below
-// their level's floor, and either pinned or queued by a transaction the
-// floor's snapshot does not see (its in-progress list, then from its xmax
-// on, through jobs_queued_xid_idx). Three small reads, their ids united,
-// before the rows are ranked.
-pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floor) {
-  Statement st;
-  const std::string queue = st.bind(ctx.queue);
+std::string BelowFloorRowsSql(Statement& st, const std::string& queue, const ClaimFloor& floor, bool ready_only) {
   const SnapshotXids xids = ParseSnapshot(floor.snapshot).value_or(SnapshotXids{});
   std::vector<std::string> in_progress;
   for (std::uint64_t x : xids.in_progress) in_progress.push_back(std::to_string(x));
@@ -468,18 +461,30 @@ pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floo
   // transaction, jobs_pkey at each pinned id. OFFSET 0 keeps the lateral
   // subqueries lookups per value.
   const std::string by_xid = "SELECT id, limit_key, priority, run_at FROM akadze.jobs WHERE " +
-                             std::string(kReadyByXidSql) + " AND queue = " + queue;
+                             std::string(ready_only ? kReadyByXidSql : "(state = 'queued') IS TRUE") +
+                             " AND queue = " + queue;
   const std::string by_id = "SELECT id, limit_key, priority, run_at FROM akadze.jobs WHERE " +
-                            std::string(kReadyByIdSql) + " AND (queue = " + queue + ") IS TRUE";
-  st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM ((" + by_xid + " AND queued_xid >= " +
-           st.bind(std::to_string(xids.xmax)) + "::xid8) UNION (SELECT j.* FROM unnest(" +
-           st.bind_array(in_progress) + "::xid8[]) AS x(xid) CROSS JOIN LATERAL (" + by_xid +
-           " AND queued_xid = x.xid OFFSET 0) j) UNION (SELECT j.* FROM unnest(" + st.bind_array(floor.pinned) +
-           "::int8[]) AS u(id) CROSS JOIN LATERAL (" + by_id + " AND id = u.id OFFSET 0) j)) w"
-           " WHERE EXISTS (SELECT 1 FROM unnest(" + st.bind_array(p) + "::int[], " + st.bind_array(r) +
-           "::int8[], " + st.bind_array(i) + "::int8[]) AS f(p, r, i)"
-           " WHERE w.priority = f.p AND (w.run_at, w.id) <= (" + TimestampFromMicrosSql("f.r") + ", f.i))"
-           " ORDER BY w.priority DESC, w.run_at, w.id";
+                            std::string(ready_only ? kReadyByIdSql : "(state = 'queued') IS NOT FALSE") +
+                            " AND (queue = " + queue + ") IS TRUE";
+  return "SELECT w.id, w.limit_key, w.priority, w.run_at FROM ((" + by_xid + " AND queued_xid >= " +
+         st.bind(std::to_string(xids.xmax)) + "::xid8) UNION (SELECT j.* FROM unnest(" +
+         st.bind_array(in_progress) + "::xid8[]) AS x(xid) CROSS JOIN LATERAL (" + by_xid +
+         " AND queued_xid = x.xid OFFSET 0) j) UNION (SELECT j.* FROM unnest(" + st.bind_array(floor.pinned) +
+         "::int8[]) AS u(id) CROSS JOIN LATERAL (" + by_id + " AND id = u.id OFFSET 0) j)) w"
+         " WHERE EXISTS (SELECT 1 FROM unnest(" + st.bind_array(p) + "::int[], " + st.bind_array(r) +
+         "::int8[], " + st.bind_array(i) + "::int8[]) AS f(p, r, i)"
+         " WHERE w.priority = f.p AND (w.run_at, w.id) <= (" + TimestampFromMicrosSql("f.r") + ", f.i))";
+}
+
+// The rows a floor names (claim_floor.h): queued and ready, at or below
+// their level's floor, and either pinned or queued by a transaction the
+// floor's snapshot does not see. Three small reads, their ids united,
+// before the rows are ranked.
+pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floor) {
+  Statement st;
+  const std::string queue = st.bind(ctx.queue);
+  const std::string below = BelowFloorRowsSql(st, queue, floor, true);
+  st.sql = "SELECT " + RowColumns(st, ctx, "w") + " FROM (" + below + ") w ORDER BY w.priority DESC, w.run_at, w.id";
   return st;
 }
 

@@ -112,6 +112,12 @@ pg::Statement DeadEntriesStatement();
 pg::Statement FloorSnapshotStatement();
 // The rows of `floor` that a claim must know (claim_floor.h), in index order.
 pg::Statement BelowFloorStatement(const ReadContext& ctx, const ClaimFloor& floor);
+// The rows at or below `floor`'s levels of the queue `queue` (a bound
+// parameter of `st`) that are pinned or were queued by a transaction its
+// snapshot does not see: a SELECT of (id, limit_key, priority, run_at).
+// `ready_only`: those ready now (what a claim must know); else every queued
+// one (what a count must, queue_counts.h).
+std::string BelowFloorRowsSql(pg::Statement& st, const std::string& queue, const ClaimFloor& floor, bool ready_only);
 // The rows of a FindLevelsStatement() or a BelowFloorStatement().
 std::vector<ReadyRow> RowsFrom(const pg::Result& result);
 

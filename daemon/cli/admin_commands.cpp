@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "claim/queue_counts.h"
+#include "pg/transaction.h"
 #include "store/job_admin.h"
 #include "store/limits_table.h"
 #include "store/status_report.h"
@@ -384,7 +386,13 @@ void AddWorkers(CLI::App& app, Action& action) {
   list->callback([&action, o] {
     action = [o]() -> int {
       return Run("workers list", o->url, [&](pg::Connection& conn) {
+        // No JIT (as the status report): the running counts' plan joins
+        // each worker to reads whose estimates add up past jit_above_cost,
+        // and compiling takes far longer than the read.
+        pg::Transaction tx(conn, "BEGIN READ ONLY", pg::Transaction::Begin::kWithFirstStatement);
+        tx.exec("SET LOCAL jit = off");
         std::vector<WorkerRow> rows = ListWorkers(conn);
+        tx.commit();
         if (o->json) {
           json out = json::array();
           for (const WorkerRow& w : rows) out.push_back(WorkerJson(w));
@@ -408,7 +416,7 @@ void AddStatus(CLI::App& app, Action& action) {
   status->callback([&action, o] {
     action = [o]() -> int {
       return Run("status", o->url, [&](pg::Connection& conn) {
-        const StatusReport report = ReadStatusReport(conn);
+        const StatusReport report = ReadStatusReport(conn, CountQueuedJobs);
         if (o->json) {
           std::cout << DumpJson(StatusJson(report, false)) << std::endl;
           return;

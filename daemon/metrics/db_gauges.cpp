@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claim/queue_counts.h"
 #include "core/redact.h"
 #include "pg/pg_error.h"
 #include "pg/transaction.h"
@@ -112,7 +113,11 @@ DbGauges::Snapshot DbGauges::Read() {
   try {
     session_.Run([&](pg::Connection& conn) {
       pg::Transaction tx(conn, "BEGIN READ ONLY");
-      tx.exec(fmt::format("SET LOCAL statement_timeout = {}", options_.statement_timeout.count()));
+      // No JIT: the counts' plans join each worker to reads whose estimates
+      // (a function scan's 100 rows) add up past jit_above_cost, and
+      // compiling took 600 ms of a read of well under a millisecond.
+      tx.exec(fmt::format("SET LOCAL statement_timeout = {}; SET LOCAL jit = off",
+                          options_.statement_timeout.count()));
       s.schema_problem = SchemaMismatch(conn);
       if (!s.schema_problem.empty()) return;  // the tables may not be there: read nothing
       try {
@@ -124,7 +129,10 @@ DbGauges::Snapshot DbGauges::Read() {
         s.horizon_holders = horizon.holders_total;
         s.stats_visible = horizon.stats_visible;
         s.horizon_read = true;
-        s.queues = ListQueues(conn);
+        StatusReportOptions counts;
+        counts.count_cap = options_.count_cap;
+        counts.max_queues = options_.max_queues;
+        s.queues = ReadQueueSection(conn, CountQueuedJobs, counts).queues;
         s.limits = ListLimitKeysInUse(conn, options_.max_limit_keys, &s.limit_keys);
         s.held = ListHeldLimitKeys(conn, options_.max_limit_keys, &s.held_keys);
         s.gauges_read = true;
@@ -157,21 +165,34 @@ void DbGauges::Write(ExpositionWriter& out) {
 
   // The configured queues first (at 0 without jobs), then the others the
   // database has, by name, up to max_queues.
-  std::map<std::string, QueueRow> rows;
+  std::map<std::string, QueueStatus> rows;
   for (const std::string& q : queues_) rows[q].queue = q;
-  for (const QueueRow& row : s->queues) {
+  for (const QueueStatus& row : s->queues) {
     if (rows.count(row.queue) || rows.size() < options_.max_queues) rows[row.queue] = row;
   }
-  out.Family("akadzed_jobs", "Jobs in akadze.jobs by queue and state (finished ones until pruned)",
+  out.Family("akadzed_jobs",
+             "Queued and running jobs in akadze.jobs by queue (queued counted up to metrics' count cap)",
              "gauge");
   for (const auto& [name, row] : rows) {
-    const std::pair<const char*, std::int64_t> states[] = {{"queued", row.queued},
-                                                           {"running", row.running},
-                                                           {"succeeded", row.succeeded},
-                                                           {"failed", row.failed},
-                                                           {"cancelled", row.cancelled}};
+    out.Sample("akadzed_jobs", {{"queue", name}, {"state", "queued"}},
+               static_cast<double>(row.ready + row.scheduled));
+    out.Sample("akadzed_jobs", {{"queue", name}, {"state", "running"}}, static_cast<double>(row.running));
+  }
+  out.Family("akadzed_queue_finished_last_hour",
+             "Jobs akadzed daemons finished in the last hour, by queue and outcome (akadze.queue_minutes)",
+             "gauge");
+  for (const auto& [name, row] : rows) {
+    MinuteCount hour;
+    for (const MinuteCount& m : row.finished_per_minute) {
+      hour.succeeded += m.succeeded;
+      hour.failed += m.failed;
+      hour.cancelled += m.cancelled;
+    }
+    const std::pair<const char*, std::int64_t> states[] = {
+        {"succeeded", hour.succeeded}, {"failed", hour.failed}, {"cancelled", hour.cancelled}};
     for (const auto& [state, count] : states) {
-      out.Sample("akadzed_jobs", {{"queue", name}, {"state", state}}, static_cast<double>(count));
+      out.Sample("akadzed_queue_finished_last_hour", {{"queue", name}, {"state", state}},
+                 static_cast<double>(count));
     }
   }
   out.Family("akadzed_queue_ready_jobs",
@@ -183,7 +204,7 @@ void DbGauges::Write(ExpositionWriter& out) {
   out.Family("akadzed_queue_lag_seconds",
              "Age of the oldest ready job (now - run_at), 0 when none is ready", "gauge");
   for (const auto& [name, row] : rows) {
-    out.Sample("akadzed_queue_lag_seconds", {{"queue", name}}, row.lag_seconds);
+    out.Sample("akadzed_queue_lag_seconds", {{"queue", name}}, row.oldest_ready_age_seconds.value_or(0.0));
   }
   out.Family("akadzed_queue_paused", "1 when the queue has a row in akadze.queue_pauses", "gauge");
   for (const auto& [name, row] : rows) {

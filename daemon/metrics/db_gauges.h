@@ -1,5 +1,7 @@
-// The part of /metrics and /readyz that comes from the database: jobs per
-// queue and state, ready jobs, lag and pause per queue, limit keys in use,
+// The part of /metrics and /readyz that comes from the database: queued
+// and running jobs, ready jobs, lag, pause and the last hour's finishes per
+// queue (the status report's queue section, store/status_report.h: counts
+// that read past the dead entries a held MVCC horizon keeps), limit keys in use,
 // and whether the database answers with the schema this binary needs.
 //
 // One thread with its own connection (a DbSession, so it reconnects) reads
@@ -42,6 +44,7 @@
 #include "runtime/service_loop.h"
 #include "store/job_admin.h"
 #include "store/limits_table.h"
+#include "store/status_report.h"
 
 namespace akadzed {
 
@@ -50,6 +53,7 @@ struct DbGaugeOptions {
   std::chrono::milliseconds wait{3000};               // a scrape waits this long for a read
   std::chrono::milliseconds statement_timeout{2000};  // per statement of a read
   std::size_t max_queues = 1000;                      // queues exported (by name)
+  std::int64_t count_cap = 1000000;                   // a queue's queued jobs counted up to this
   std::size_t max_limit_keys = 1000;                  // limit keys exported (busiest first)
   // database.horizon_warn_after; 0: no warning, no reads between scrapes.
   std::chrono::microseconds horizon_warn_after{0};
@@ -96,7 +100,7 @@ class DbGauges {
     std::string error;           // the database did not answer: why
     std::string schema_problem;  // SchemaMismatch(), when it answered
     bool gauges_read = false;    // false: the gauges' statements failed
-    std::vector<QueueRow> queues;
+    std::vector<QueueStatus> queues;
     std::vector<LimitKeyUse> limits;  // at most max_limit_keys, busiest first
     std::int64_t limit_keys = 0;      // all keys in use, also beyond the cap
     std::vector<HeldLimitKey> held;   // at most max_limit_keys, most queued first

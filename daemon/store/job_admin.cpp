@@ -275,8 +275,10 @@ std::vector<WorkerRow> ListWorkers(pg::Connection& conn) {
   pg::Result r = conn.exec(
       "SELECT w.id::text, w.hostname, w.pid, to_json(array_remove(w.queues, NULL))::text, " + Ts("w.started_at") +
       ", " + AgeSecondsSql("w.heartbeat_at") + ","
-      " (SELECT count(*) FROM akadze.jobs j WHERE j.state = 'running' AND j.worker_id = w.id)"
-      " FROM akadze.workers w ORDER BY w.started_at, w.id",
+      " COALESCE(r.n, 0) FROM akadze.workers w"
+      " LEFT JOIN (SELECT worker_id, count(*) AS n FROM " + RunningJobsOfWorkersSql() + " rj GROUP BY worker_id) r"
+      "   ON r.worker_id = w.id"
+      " ORDER BY w.started_at, w.id",
       pg::Params());  // prepared: the status page reads it every few seconds
   std::vector<WorkerRow> rows;
   for (int i = 0; i < r.rows(); ++i) {
@@ -295,8 +297,8 @@ std::vector<WorkerRow> ListWorkers(pg::Connection& conn) {
 
 std::vector<LimitUse> ListLimitUse(pg::Connection& conn) {
   pg::Result r = conn.exec(
-      "WITH running AS (SELECT limit_key AS key, count(*) AS n FROM akadze.jobs"
-      "   WHERE " + std::string(kRunningWithKeySql) + " GROUP BY limit_key),"
+      "WITH running AS (SELECT limit_key AS key, count(*) AS n FROM " + RunningJobsOfWorkersSql() + " rj"
+      "   WHERE limit_key IS NOT NULL GROUP BY limit_key),"
       " keys AS (SELECT key FROM running UNION SELECT key FROM akadze.limits WHERE key <> '*'),"
       " applied AS (SELECT k.key, COALESCE(own.key, star.key) AS row_key,"
       "   COALESCE(own.max_running, CASE WHEN own.key IS NULL THEN star.max_running END) AS max_running,"

@@ -50,4 +50,66 @@ std::string AgeSecondsSql(std::string_view column) {
                      PastTimestampSql(column));
 }
 
+const char* const kKnownQueuesSql =
+    "SELECT queue, bool_or(served) AS served FROM ("
+    "  SELECT queue, true AS served FROM akadze.queue_pauses"
+    "  UNION ALL SELECT queue, true FROM akadze.queue_caps"
+    "  UNION ALL SELECT unnest(queues), true FROM akadze.workers"
+    "  UNION ALL SELECT queue, false FROM akadze.queue_floors) k"
+    " WHERE queue IS NOT NULL GROUP BY queue";
+
+std::string FirstInGapSql(std::string_view column, std::string_view where, std::string_view lo,
+                          std::string_view hi) {
+  const auto arm = [&](bool has_lo, bool has_hi) {
+    std::string cond = fmt::format("{0} IS {1}NULL AND {2} IS {3}NULL", lo, has_lo ? "NOT " : "", hi,
+                                   has_hi ? "NOT " : "");
+    if (has_lo) cond += fmt::format(" AND j.{} > {}", column, lo);
+    if (has_hi) cond += fmt::format(" AND j.{} < {}", column, hi);
+    if (!has_lo && !has_hi) cond += fmt::format(" AND j.{} IS NOT NULL", column);
+    return fmt::format("(SELECT j.{0} FROM akadze.jobs j WHERE {1} AND {2} ORDER BY j.{0} LIMIT 1)", column, where,
+                       cond);
+  };
+  return "COALESCE(" + arm(true, true) + ", " + arm(true, false) + ", " + arm(false, true) + ", " +
+         arm(false, false) + ")";
+}
+
+const std::string& RunningJobsOfWorkersSql() {
+  // The floor, when usable: an object of version 1, this server's, with
+  // arrays of points and ids and a from_xid that transaction ids have not
+  // gone back past (CASEs: a cast is evaluated only after its check).
+  static const std::string floor =
+      std::string("CASE WHEN jsonb_typeof(w.running_floor) = 'object' AND w.running_floor -> 'v' = '1'::jsonb"
+                  " AND w.running_floor ->> 's' = ") + kServerStartedSql +
+      " AND jsonb_typeof(w.running_floor -> 'p') = 'array' AND jsonb_typeof(w.running_floor -> 'i') = 'array'"
+      " AND (w.running_floor ->> 'x') ~ '^[0-9]{1,19}$'"
+      " THEN CASE WHEN (w.running_floor ->> 'x')::xid8 <= pg_snapshot_xmax(pg_current_snapshot())"
+      " THEN w.running_floor END END";
+  // Three reads with a floor, each through one index (OFFSET 0 keeps the
+  // lateral ones lookups per value): the range from from_xid and each point
+  // through jobs_running_worker_idx (worker_id, running_xid), each id
+  // through jobs_pkey (`IS NOT FALSE` implies no partial index); one without.
+  static const std::string sql =
+      "(SELECT r.queue, r.limit_key, r.worker_id FROM akadze.workers w"
+      " CROSS JOIN LATERAL (SELECT " + floor + " AS f) fl"
+      " CROSS JOIN LATERAL ("
+      "   SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
+      "   WHERE fl.f IS NOT NULL AND j.worker_id = w.id AND j.state = 'running'"
+      "     AND j.running_xid >= (fl.f ->> 'x')::xid8"
+      "   UNION"
+      "   SELECT j.* FROM jsonb_array_elements_text(CASE WHEN fl.f IS NOT NULL THEN fl.f -> 'p' END) AS p(x)"
+      "   CROSS JOIN LATERAL (SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
+      "     WHERE j.worker_id = w.id AND j.state = 'running'"
+      "       AND j.running_xid = CASE WHEN p.x ~ '^[0-9]{1,19}$' THEN p.x::xid8 END OFFSET 0) j"
+      "   UNION"
+      "   SELECT j.* FROM jsonb_array_elements(CASE WHEN fl.f IS NOT NULL THEN fl.f -> 'i' END) AS i(e)"
+      "   CROSS JOIN LATERAL (SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
+      "     WHERE j.id = CASE WHEN jsonb_typeof(i.e) = 'number' AND i.e::text ~ '^[0-9]{1,18}$'"
+      "                  THEN i.e::text::int8 END"
+      "       AND j.worker_id = w.id AND (j.state = 'running') IS NOT FALSE OFFSET 0) j"
+      "   UNION ALL"
+      "   SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
+      "   WHERE fl.f IS NULL AND j.worker_id = w.id AND j.state = 'running') r)";
+  return sql;
+}
+
 }  // namespace akadzed

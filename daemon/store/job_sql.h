@@ -62,6 +62,37 @@ inline constexpr const char* kFloorSnapshotSql =
 // another (claim/stored_floor.h).
 inline constexpr const char* kServerStartedSql = "extract(epoch FROM pg_postmaster_start_time())::text";
 
+// The queues the database names outside akadze.jobs, as a SELECT of
+// (queue, served): those the workers serve, pause or cap (served true) and
+// those with a stored claim floor (akadze.queue_floors; served false
+// unless also one of the others). The known bounds of the skip scans that
+// find the other queues (FirstInGapSql).
+extern const char* const kKnownQueuesSql;
+
+// The first value of `column` (of akadze.jobs as `j`) over the rows where
+// `where` holds that lies after `lo` and before `hi` (SQL expressions,
+// either NULL: no bound on that side), in the order of an index that leads
+// with `column` (given `where`'s equalities): a probe of a skip scan that
+// never enters the entries of `lo` or `hi` themselves, where a held MVCC
+// horizon keeps the dead entries of a served queue's or a limit key's
+// claims. Four gated subqueries, one per kind of bound, so each is one
+// index range (a bound inside an OR would not bound the scan).
+std::string FirstInGapSql(std::string_view column, std::string_view where, std::string_view lo,
+                          std::string_view hi);
+
+// The running jobs of the registered workers, as a subquery with the
+// columns (queue, limit_key, worker_id): each worker's read with its stored
+// running floor (akadze.workers.running_floor, migration 014, written by
+// its heartbeat: store/worker_lease.h) when the floor is of this server and
+// well-formed, so that it reads the ids its last reconcile found and the
+// entries of jobs_running_worker_idx from its from_xid on and at its
+// points: what a heartbeat round's claims left, not every job the worker
+// ran while a held MVCC horizon keeps their entries; else the worker's
+// entries whole. A job running under no registered worker (a dead worker's
+// whose row the rescue removed, about to be requeued) is not among them.
+// For the counts of running jobs (status report, limits in use, workers).
+const std::string& RunningJobsOfWorkersSql();
+
 // Settings local to a transaction whose statements each read a few rows of
 // akadze.jobs through an index (a claim, a finish): no table scan, hash or
 // merge join, so a plan joins row by row through an index. A generic plan

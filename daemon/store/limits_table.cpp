@@ -59,49 +59,57 @@ namespace {
 // ListLimitKeysInUse's statement: each key with the row's running cap and the
 // number of such keys overall.
 const std::string kLimitKeysSql =
-   
     "SELECT r.key, r.n,"
     " CASE WHEN own.key IS NOT NULL THEN own.max_running ELSE star.max_running END,"
     " count(*) OVER ()"
-    " FROM (SELECT limit_key AS key, count(*) AS n FROM akadze.jobs"
-    "   WHERE " + std::string(kRunningWithKeySql) + " GROUP BY limit_key) r"
+    " FROM (SELECT limit_key AS key, count(*) AS n FROM " + RunningJobsOfWorkersSql() + " rj"
+    "   WHERE limit_key IS NOT NULL GROUP BY limit_key) r"
     " LEFT JOIN akadze.limits own ON own.key = r.key"
     " LEFT JOIN akadze.limits star ON star.key = '*'"
     " WHERE own.key IS NOT NULL OR star.key IS NOT NULL"
     " ORDER BY r.n DESC, r.key LIMIT $1";
 
 // ListHeldLimitKeys's statement, gated by the absence of a '*' row: the
-// queues with queued jobs by a skip scan of jobs_claim_key_idx (one probe
-// each), then each queue's distinct limit keys by a skip scan inside the
-// queue (`limit_key > previous` stops before the queue's keyless jobs, which
-// sort last, so jobs without a key are never read); the keys without a row
-// of their own, each counted in the queues it has jobs in (up to $2 jobs per
-// key; NULL: all).
-constexpr const char* kHeldKeysSql =
-    "WITH RECURSIVE queues(queue) AS ("
-    "  (SELECT queue FROM akadze.jobs WHERE state = 'queued'"
-    "      AND NOT EXISTS (SELECT 1 FROM akadze.limits WHERE key = '*')"
-    "    ORDER BY queue LIMIT 1)"
-    "  UNION ALL"
-    "  SELECT (SELECT j.queue FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue > q.queue"
-    "          ORDER BY j.queue LIMIT 1)"
-    "  FROM queues q WHERE q.queue IS NOT NULL),"
-    " pairs(queue, limit_key) AS ("
-    "  SELECT q.queue, (SELECT j.limit_key FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = q.queue"
-    "                   AND j.limit_key IS NOT NULL ORDER BY j.limit_key LIMIT 1)"
-    "  FROM queues q WHERE q.queue IS NOT NULL"
-    "  UNION ALL"
-    "  SELECT p.queue, (SELECT j.limit_key FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = p.queue"
-    "                   AND j.limit_key > p.limit_key ORDER BY j.limit_key LIMIT 1)"
-    "  FROM pairs p WHERE p.limit_key IS NOT NULL),"
-    " held AS ("
-    "  SELECT p.limit_key AS key, array_agg(p.queue) AS queues FROM pairs p"
-    "  WHERE p.limit_key IS NOT NULL"
-    "    AND NOT EXISTS (SELECT 1 FROM akadze.limits l WHERE l.key = p.limit_key) GROUP BY p.limit_key)"
-    " SELECT key, n, count(*) OVER () FROM (SELECT h.key, (SELECT count(*) FROM (SELECT 1 FROM akadze.jobs j"
-    "   WHERE j.state = 'queued' AND j.queue = ANY(h.queues) AND j.limit_key = h.key LIMIT $2) c) AS n"
-    "  FROM held h) k"
-    " ORDER BY n DESC, key LIMIT $1";
+// queues with queued jobs (the known ones, kKnownQueuesSql, and a skip scan
+// of jobs_claim_idx between them), then in each queue the distinct limit
+// keys between two keys that have a row of their own (a skip scan of
+// jobs_claim_key_idx inside each gap: a key with a row is not held, and its
+// entries, where a held MVCC horizon keeps the dead entries of its claims,
+// are never entered; keyless jobs sort last, after every bound, and are
+// never read); the keys found, each counted in the queues it has jobs in
+// (up to $2 jobs per key; NULL: all). A held key's jobs are never claimed,
+// so its entries are live.
+const std::string& HeldKeysSql() {
+  static const std::string sql =
+      "WITH RECURSIVE star AS (SELECT EXISTS (SELECT 1 FROM akadze.limits WHERE key = '*') AS set),"
+      " known AS (SELECT queue FROM (" + std::string(kKnownQueuesSql) + ") k WHERE NOT (SELECT set FROM star)),"
+      " qgaps(lo, hi) AS (SELECT lag(queue) OVER (ORDER BY queue), queue FROM known"
+      "  UNION ALL SELECT max(queue), NULL FROM known HAVING NOT (SELECT set FROM star)),"
+      " qfound(queue, hi) AS ("
+      "  SELECT " + FirstInGapSql("queue", "j.state = 'queued'", "g.lo", "g.hi") + ", g.hi FROM qgaps g"
+      "  UNION ALL"
+      "  SELECT " + FirstInGapSql("queue", "j.state = 'queued'", "f.queue", "f.hi") + ", f.hi"
+      "  FROM qfound f WHERE f.queue IS NOT NULL),"
+      " queues AS (SELECT queue FROM known UNION SELECT queue FROM qfound WHERE queue IS NOT NULL),"
+      " rowed AS (SELECT key FROM akadze.limits),"
+      " kgaps(lo, hi) AS (SELECT lag(key) OVER (ORDER BY key), key FROM rowed"
+      "  UNION ALL SELECT max(key), NULL FROM rowed),"
+      " pairs(queue, limit_key, hi) AS ("
+      "  SELECT q.queue, " + FirstInGapSql("limit_key", "j.state = 'queued' AND j.queue = q.queue", "g.lo", "g.hi") +
+      ", g.hi FROM queues q CROSS JOIN kgaps g"
+      "  UNION ALL"
+      "  SELECT p.queue, " + FirstInGapSql("limit_key", "j.state = 'queued' AND j.queue = p.queue", "p.limit_key", "p.hi") +
+      ", p.hi FROM pairs p WHERE p.limit_key IS NOT NULL),"
+      " held AS ("
+      "  SELECT p.limit_key AS key, array_agg(p.queue) AS queues FROM pairs p"
+      "  WHERE p.limit_key IS NOT NULL"
+      "    AND NOT EXISTS (SELECT 1 FROM akadze.limits l WHERE l.key = p.limit_key) GROUP BY p.limit_key)"
+      " SELECT key, n, count(*) OVER () FROM (SELECT h.key, (SELECT count(*) FROM (SELECT 1 FROM akadze.jobs j"
+      "   WHERE j.state = 'queued' AND j.queue = ANY(h.queues) AND j.limit_key = h.key LIMIT $2) c) AS n"
+      "  FROM held h) k"
+      " ORDER BY n DESC, key LIMIT $1";
+  return sql;
+}
 
 }  // namespace
 
@@ -114,7 +122,7 @@ std::vector<HeldLimitKey> ListHeldLimitKeys(pg::Connection& conn, std::size_t ma
   } else {
     params.add_null();
   }
-  pg::Result r = conn.exec(kHeldKeysSql, params);
+  pg::Result r = conn.exec(HeldKeysSql(), params);
   std::vector<HeldLimitKey> keys;
   for (int i = 0; i < r.rows(); ++i) {
     HeldLimitKey key{std::string(r.text(i, 0)), r.int64(i, 1)};

@@ -16,56 +16,43 @@ constexpr const char* kChartMinutesSql =
     "generate_series(date_trunc('minute', now()) - interval '59 minutes',"
     " date_trunc('minute', now()), interval '1 minute')";
 
-// The queues and their counts, one statement. Names, bounded: a skip scan
-// of jobs_claim_idx (one probe per queue with queued jobs), pauses and the
-// workers' queues (which cover the queues with running jobs, and with
-// finishes: a job runs under a registered worker, and a dead worker's jobs
-// are rescued to queued); at most max_queues + 1 (one more says there were
-// more). Per queue: pause, ready/scheduled from the first cap + 1 entries of
-// its range of jobs_claim_idx (in the index's order, so the plan is an
-// index-only scan that stops there), running, and the oldest ready run_at
-// from one probe per distinct priority (at most 100), and the queue's cap
-// (akadze.queue_caps). Limits are written
-// into the text: a generic plan of a LIMIT parameter assumes a tenth of the
-// table.
-std::string QueuesSql(std::int64_t count_cap, std::size_t max_queues) {
+// The queues, one statement (their queued counts are the QueuedCounter's).
+// Names, bounded: the known ones (the queues the workers serve, pauses,
+// caps, stored claim floors) and those with queued jobs between them, found
+// by a skip scan of jobs_claim_idx inside each gap between two known names
+// (`queue > lower AND queue < upper`: a probe never enters a known queue's
+// entries, where a held MVCC horizon keeps the dead entries of its claims);
+// at most max_queues + 1 (one more says there were more). A queue known
+// only by its stored floor is flagged: shown only with queued jobs. Per
+// queue: pause, cap and running (RunningJobsOfWorkersSql). Limits are
+// written into the text: a generic plan of a LIMIT parameter assumes a
+// tenth of the table.
+std::string QueuesSql(std::size_t max_queues) {
+  const auto probe = [](const std::string& lo, const std::string& hi) {
+    return FirstInGapSql("queue", "j.state = 'queued'", lo, hi);
+  };
   return
-      "WITH RECURSIVE queued(queue) AS ("
-      "  (SELECT queue FROM akadze.jobs WHERE state = 'queued' ORDER BY queue LIMIT 1)"
+      "WITH RECURSIVE known(queue, served) AS (" + std::string(kKnownQueuesSql) + "),"
+      // The gaps: before the first known name, between two, after the last
+      // (one gap without bounds when none is known).
+      " gaps(lo, hi) AS ("
+      "  SELECT lag(queue) OVER (ORDER BY queue), queue FROM known"
+      "  UNION ALL SELECT max(queue), NULL FROM known),"
+      " found(queue, hi) AS ("
+      "  SELECT " + probe("g.lo", "g.hi") + ", g.hi FROM gaps g"
       "  UNION ALL"
-      "  SELECT (SELECT j.queue FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue > q.queue"
-      "          ORDER BY j.queue LIMIT 1)"
-      "  FROM queued q WHERE q.queue IS NOT NULL),"
-      " names AS (SELECT queue FROM ("
-      "  SELECT queue FROM queued WHERE queue IS NOT NULL"
-      "  UNION SELECT queue FROM akadze.queue_pauses"
-      "  UNION SELECT queue FROM akadze.queue_caps"
-      "  UNION SELECT unnest(queues) FROM akadze.workers) n"
-      "  WHERE queue IS NOT NULL ORDER BY queue LIMIT " + std::to_string(max_queues + 1) + "),"
-      // Running jobs, read once (jobs_running_worker_idx holds only them).
-      " running AS (SELECT queue, count(*) AS n FROM akadze.jobs WHERE state = 'running' GROUP BY queue)"
+      "  SELECT " + probe("f.queue", "f.hi") + ", f.hi FROM found f WHERE f.queue IS NOT NULL),"
+      " names AS (SELECT queue, bool_or(served) AS served FROM ("
+      "  SELECT queue, served FROM known UNION ALL SELECT queue, true FROM found WHERE queue IS NOT NULL) n"
+      "  GROUP BY queue ORDER BY queue LIMIT " + std::to_string(max_queues + 1) + "),"
+      // Running jobs, read once, each worker's past its running floor.
+      " running AS (SELECT queue, count(*) AS n FROM " + RunningJobsOfWorkersSql() + " rj GROUP BY queue)"
       " SELECT q.queue, p.queue IS NOT NULL, " + IsoTimestampSql("p.paused_at") + ","
-      " c.total, c.ready,"
-      " COALESCE(rn.n, 0),"
-      " " + AgeSecondsSql("o.oldest") + ", cap.max_running"
+      " COALESCE(rn.n, 0), cap.max_running, q.served OR rn.n IS NOT NULL"
       " FROM names q"
       " LEFT JOIN akadze.queue_pauses p ON p.queue = q.queue"
       " LEFT JOIN akadze.queue_caps cap ON cap.queue = q.queue"
       " LEFT JOIN running rn ON rn.queue = q.queue"
-      " CROSS JOIN LATERAL (SELECT count(*) AS total, count(*) FILTER (WHERE s.run_at <= now()) AS ready"
-      "   FROM (SELECT j.run_at FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = q.queue"
-      "         ORDER BY j.priority DESC, j.run_at, j.id LIMIT " + std::to_string(count_cap + 1) + ") s) c"
-      " CROSS JOIN LATERAL (WITH RECURSIVE pr(priority, depth) AS ("
-      "     (SELECT j.priority, 1 FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = q.queue"
-      "      ORDER BY j.priority DESC LIMIT 1)"
-      "     UNION ALL"
-      "     SELECT (SELECT j.priority FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = q.queue"
-      "             AND j.priority < pr.priority ORDER BY j.priority DESC LIMIT 1), pr.depth + 1"
-      "     FROM pr WHERE pr.priority IS NOT NULL AND pr.depth < 100)"
-      "   SELECT min(f.run_at) AS oldest FROM pr CROSS JOIN LATERAL"
-      "     (SELECT j.run_at FROM akadze.jobs j WHERE j.state = 'queued' AND j.queue = q.queue"
-      "      AND j.priority = pr.priority ORDER BY j.priority DESC, j.run_at LIMIT 1) f"
-      "   WHERE pr.priority IS NOT NULL AND f.run_at <= now()) o"
       " ORDER BY q.queue";
 }
 
@@ -96,7 +83,70 @@ std::string RecentFailuresSql(std::size_t max_failures) {
 
 }  // namespace
 
-StatusReport ReadStatusReport(pg::Connection& conn, const StatusReportOptions& options) {
+QueueSection ReadQueueSection(pg::Connection& conn, const QueuedCounter& count_queued,
+                              const StatusReportOptions& options) {
+  QueueSection section;
+  // The statements this file owns go in one round trip.
+  const std::string now_sql = "SELECT " + IsoTimestampSql("now()") + ", " + IsoTimestampSql("m") +
+                              ", date_part('epoch', m)::bigint FROM " + kChartMinutesSql + " AS m ORDER BY m";
+  const std::string queues_sql = QueuesSql(options.max_queues);
+  const pg::Params none;
+  const std::vector<pg::PipelinedStatement> statements = {
+      {now_sql, &none}, {queues_sql, &none}, {QueueMinutesSql(), &none}};
+  const std::vector<pg::Result> results = conn.pipeline(statements);
+
+  std::vector<std::string> minutes;  // the chart's 60 minutes, oldest first
+  std::int64_t last_minute = 0;      // the last one, epoch seconds
+  const pg::Result& now = results[0];
+  for (int i = 0; i < now.rows(); ++i) minutes.emplace_back(now.text(i, 1));
+  if (now.rows() > 0) {
+    section.generated_at = std::string(now.text(0, 0));
+    last_minute = now.int64(now.rows() - 1, 2);
+  }
+  const pg::Result& r = results[1];
+  std::vector<std::string> names;
+  for (int i = 0; i < r.rows(); ++i) names.emplace_back(r.text(i, 0));
+  const std::vector<QueuedCount> counts = count_queued(conn, names, options.count_cap);
+  const std::int64_t cap = options.count_cap > 0 ? options.count_cap : INT64_MAX;
+  std::map<std::string, std::size_t> index;
+  for (int i = 0; i < r.rows(); ++i) {
+    const QueuedCount& c = counts.at(static_cast<std::size_t>(i));
+    // Known only by a stored floor: shown while it has queued jobs.
+    if (!r.boolean(i, 5) && c.total == 0) continue;
+    if (section.queues.size() == options.max_queues) {
+      section.truncated = true;
+      break;
+    }
+    QueueStatus q;
+    q.queue = std::string(r.text(i, 0));
+    q.paused = r.boolean(i, 1);
+    q.paused_at = r.optional_text(i, 2);
+    q.running = r.int64(i, 3);
+    q.max_running = r.optional_int64(i, 4);
+    q.capped = c.total > cap;
+    q.ready = std::min(c.ready, cap);
+    q.scheduled = std::min(c.total - c.ready, cap);
+    q.oldest_ready_age_seconds = c.oldest_ready_age_seconds;
+    for (const std::string& m : minutes) q.finished_per_minute.push_back(MinuteCount{m, 0, 0, 0});
+    index[q.queue] = section.queues.size();
+    section.queues.push_back(std::move(q));
+  }
+  const pg::Result& m = results[2];
+  const auto chart_minutes = static_cast<std::int64_t>(minutes.size());
+  for (int i = 0; i < m.rows(); ++i) {
+    const auto found = index.find(std::string(m.text(i, 0)));
+    const std::int64_t slot = chart_minutes - 1 - (last_minute - m.int64(i, 1)) / 60;
+    if (found == index.end() || slot < 0 || slot >= chart_minutes) continue;
+    MinuteCount& c = section.queues[found->second].finished_per_minute[static_cast<std::size_t>(slot)];
+    c.succeeded += m.int64(i, 2);
+    c.failed += m.int64(i, 3);
+    c.cancelled += m.int64(i, 4);
+  }
+  return section;
+}
+
+StatusReport ReadStatusReport(pg::Connection& conn, const QueuedCounter& count_queued,
+                              const StatusReportOptions& options) {
   StatusReport report;
   report.count_cap = options.count_cap;
   // Generic plans (pg::Transaction::Plans::kGeneric): the connection keeps
@@ -105,63 +155,16 @@ StatusReport ReadStatusReport(pg::Connection& conn, const StatusReportOptions& o
   // statement once instead of every time (planning was a fifth of a read on
   // 1,000,000 jobs). No JIT: a generic plan's estimates can cross
   // jit_above_cost, and compiling took 25 ms of a 5 ms read. BEGIN goes with
-  // the first statement.
+  // the SET.
   pg::Transaction tx(conn, "BEGIN READ ONLY", pg::Transaction::Begin::kWithFirstStatement,
                      pg::Transaction::Plans::kGeneric);
   tx.exec(fmt::format("SET LOCAL statement_timeout = {}; SET LOCAL jit = off",
                       std::max<std::int64_t>(options.statement_timeout_ms, 0)));
-  // The statements this file owns go in one round trip.
-  const std::string now_sql = "SELECT " + IsoTimestampSql("now()") + ", " + IsoTimestampSql("m") +
-                              ", date_part('epoch', m)::bigint FROM " + kChartMinutesSql + " AS m ORDER BY m";
-  const std::string queues_sql = QueuesSql(options.count_cap, options.max_queues);
-  const std::string failures_sql = RecentFailuresSql(options.max_failures);
-  const pg::Params none;
-  const std::vector<pg::PipelinedStatement> statements = {
-      {now_sql, &none}, {queues_sql, &none}, {QueueMinutesSql(), &none}, {failures_sql, &none}};
-  const std::vector<pg::Result> results = tx.pipeline(statements);
-
-  std::vector<std::string> minutes;  // the chart's 60 minutes, oldest first
-  std::int64_t last_minute = 0;      // the last one, epoch seconds
-  const pg::Result& now = results[0];
-  for (int i = 0; i < now.rows(); ++i) minutes.emplace_back(now.text(i, 1));
-  if (now.rows() > 0) {
-    report.generated_at = std::string(now.text(0, 0));
-    last_minute = now.int64(now.rows() - 1, 2);
-  }
-  std::map<std::string, std::size_t> index;
-  const pg::Result& r = results[1];
-  for (int i = 0; i < r.rows(); ++i) {
-    if (report.queues.size() == options.max_queues) {
-      report.queues_truncated = true;
-      break;
-    }
-    QueueStatus q;
-    q.queue = std::string(r.text(i, 0));
-    q.paused = r.boolean(i, 1);
-    q.paused_at = r.optional_text(i, 2);
-    const std::int64_t total = r.int64(i, 3);
-    q.capped = total > options.count_cap;
-    q.ready = std::min(r.int64(i, 4), options.count_cap);
-    q.scheduled = std::min(total - r.int64(i, 4), options.count_cap);
-    q.running = r.int64(i, 5);
-    if (!r.is_null(i, 6)) q.oldest_ready_age_seconds = r.float64(i, 6);
-    q.max_running = r.optional_int64(i, 7);
-    for (const std::string& m : minutes) q.finished_per_minute.push_back(MinuteCount{m, 0, 0, 0});
-    index[q.queue] = report.queues.size();
-    report.queues.push_back(std::move(q));
-  }
-  const pg::Result& m = results[2];
-  const auto chart_minutes = static_cast<std::int64_t>(minutes.size());
-  for (int i = 0; i < m.rows(); ++i) {
-    const auto found = index.find(std::string(m.text(i, 0)));
-    const std::int64_t slot = chart_minutes - 1 - (last_minute - m.int64(i, 1)) / 60;
-    if (found == index.end() || slot < 0 || slot >= chart_minutes) continue;
-    MinuteCount& c = report.queues[found->second].finished_per_minute[static_cast<std::size_t>(slot)];
-    c.succeeded += m.int64(i, 2);
-    c.failed += m.int64(i, 3);
-    c.cancelled += m.int64(i, 4);
-  }
-  const pg::Result& f = results[3];
+  QueueSection section = ReadQueueSection(conn, count_queued, options);
+  report.generated_at = std::move(section.generated_at);
+  report.queues = std::move(section.queues);
+  report.queues_truncated = section.truncated;
+  const pg::Result f = conn.exec(RecentFailuresSql(options.max_failures), pg::Params());
   for (int i = 0; i < f.rows(); ++i) {
     report.recent_failures.push_back(RecentFailure{f.int64(i, 0), std::string(f.text(i, 1)), std::string(f.text(i, 2)),
                                                    f.int64(i, 3), f.int64(i, 4), f.optional_text(i, 5),

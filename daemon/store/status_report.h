@@ -1,22 +1,24 @@
 // What `akadzed status` and the status page (docs/status-page.md) show, read
 // in one READ ONLY transaction that never scans akadze.jobs: every statement
-// reads a bounded range of an index.
+// reads a bounded range of an index, and under a held MVCC horizon steps
+// over none of the dead entries of the claims and finishes it keeps
+// (docs/claim.md, "Counts past the floors").
 //
-//   queues            the names: a skip scan of jobs_claim_idx (one probe
-//                     per queue with queued jobs), pause rows and the
-//                     workers' queues (jobs run and finish under a worker);
-//                     at most max_queues, by name
-//   ready, scheduled  the first count_cap + 1 entries of the queue's range
-//                     of jobs_claim_idx, split by run_at <= now(); past the
-//                     cap both are lower bounds (`capped`). A job the sweep
-//                     is about to cancel (cancel requested, expired) counts
-//                     until it does (one heartbeat round)
-//   running           the running jobs, read once and counted per queue
-//                     (jobs_running_worker_idx: at most the cluster's slots)
-//   oldest ready      one probe per distinct priority of the queue's queued
-//                     jobs (the first run_at of each), the 100 highest
-//                     priorities only (a queue with ready jobs only below
-//                     them shows ready jobs and no age)
+//   queues            the names: those the database knows outside
+//                     akadze.jobs (the workers' queues, pauses, caps, stored
+//                     claim floors) and those with queued jobs between them
+//                     (a skip scan of jobs_claim_idx inside each gap:
+//                     FirstInGapSql, store/job_sql.h); at most max_queues,
+//                     by name. A queue known only by its stored floor shows
+//                     while it has queued jobs
+//   ready, scheduled  the QueuedCounter's (claim/queue_counts.h: past the
+//                     queue's stored claim floor), split by run_at <= now();
+//                     each read stops at count_cap + 1, past which both are
+//                     lower bounds (`capped`)
+//   running           the registered workers' running jobs, each read past
+//                     its stored running floor (RunningJobsOfWorkersSql),
+//                     counted per queue
+//   oldest ready      the QueuedCounter's: the first ready job of each level
 //   finished/minute   akadze.queue_minutes (migrations/007_status_page.sql):
 //                     the jobs akadzed daemons finished, per queue and minute,
 //                     last hour: at most 60 rows per queue
@@ -40,6 +42,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -104,9 +107,36 @@ struct StatusReport {
   HorizonReport horizon;
 };
 
+// A queue's queued jobs as a QueuedCounter counts them.
+struct QueuedCount {
+  std::int64_t total = 0;  // queued jobs counted: more than the cap means "at least"
+  std::int64_t ready = 0;  // of them, run_at <= now()
+  std::optional<double> oldest_ready_age_seconds;  // none ready: nullopt
+};
+// Counts the queued jobs of each of `queues` (in its order), each up to
+// `cap` + 1 (0: all), through `conn` inside the caller's transaction. The
+// claim's (claim/queue_counts.h) reads past the queues' stored claim
+// floors; the store cannot (the floors are the claim's), so the caller
+// passes it in.
+using QueuedCounter = std::function<std::vector<QueuedCount>(pg::Connection& conn,
+                                                             const std::vector<std::string>& queues,
+                                                             std::int64_t cap)>;
+
 // Reads the report in one READ ONLY transaction (statement_timeout per
-// statement). Throws pg::PgError.
-StatusReport ReadStatusReport(pg::Connection& conn, const StatusReportOptions& options = {});
+// statement), the queued counts by `count_queued`. Throws pg::PgError.
+StatusReport ReadStatusReport(pg::Connection& conn, const QueuedCounter& count_queued,
+                              const StatusReportOptions& options = {});
+
+// The report's queue section alone (what the /metrics gauges export):
+// three statements in one round trip, then `count_queued`'s, through
+// `conn` in the caller's transaction. count_cap 0: counts without a bound.
+struct QueueSection {
+  std::string generated_at;  // the server's now(), ISO-8601 UTC
+  std::vector<QueueStatus> queues;
+  bool truncated = false;  // more than max_queues queues
+};
+QueueSection ReadQueueSection(pg::Connection& conn, const QueuedCounter& count_queued,
+                              const StatusReportOptions& options);
 
 // Jobs a worker finished since its last write, per queue.
 struct QueueFinishCount {

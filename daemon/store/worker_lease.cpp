@@ -3,6 +3,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "pg/params.h"
 #include "pg/pg_error.h"
@@ -22,10 +23,25 @@ void RegisterWorker(pg::Connection& conn, const WorkerIdentity& worker) {
       pg::Params().add(worker.id).add(worker.hostname).add(worker.pid).add_array(worker.queues));
 }
 
-bool Heartbeat(pg::Connection& conn, const std::string& worker_id, std::optional<std::int64_t> lease_span_us) {
-  return conn.exec("UPDATE akadze.workers SET heartbeat_at = now() WHERE id = $1::uuid AND ($2::int8 IS NULL"
+std::optional<std::string> StoredRunningFloorJson(const OwnedJobsFloor& floor, const std::string& worker_id) {
+  if (floor.worker_id.empty() || floor.worker_id != worker_id || floor.server_started.empty()) return std::nullopt;
+  nlohmann::json points = nlohmann::json::array();
+  for (std::uint64_t x : floor.running.points) points.push_back(std::to_string(x));
+  nlohmann::json out = {{"v", 1},
+                        {"s", floor.server_started},
+                        {"x", std::to_string(floor.running.from_xid)},
+                        {"p", std::move(points)},
+                        {"i", floor.running.ids}};
+  return out.dump();
+}
+
+bool Heartbeat(pg::Connection& conn, const std::string& worker_id, std::optional<std::int64_t> lease_span_us,
+               const OwnedJobsFloor* floor) {
+  const std::optional<std::string> stored = floor ? StoredRunningFloorJson(*floor, worker_id) : std::nullopt;
+  return conn.exec("UPDATE akadze.workers SET heartbeat_at = now(), running_floor = COALESCE($3::jsonb, running_floor)"
+                   " WHERE id = $1::uuid AND ($2::int8 IS NULL"
                    " OR heartbeat_at >= clock_timestamp() - $2::int8 * interval '1 microsecond')",
-                   pg::Params().add(worker_id).add(lease_span_us))
+                   pg::Params().add(worker_id).add(lease_span_us).add(stored))
              .affected() == 1;
 }
 

@@ -32,9 +32,14 @@ void RegisterWorker(pg::Connection& conn, const WorkerIdentity& worker);
 // heartbeat is older than that by clock_timestamp(): a heartbeat that
 // reaches the server after the lease ran out must not renew the old id (its
 // jobs would wait another heartbeat_ttl for their rescue). The caller takes
-// a new id.
+// a new id. Also keeps `floor` (the last reconcile's), when it is of this
+// worker, as the worker's running floor (migration 014), from which the
+// counts of running jobs read its jobs (store/job_sql.h,
+// RunningJobsOfWorkersSql); without one the stored floor stays (a floor
+// of the same worker stays true, however old: it only reads more).
+struct OwnedJobsFloor;
 bool Heartbeat(pg::Connection& conn, const std::string& worker_id,
-               std::optional<std::int64_t> lease_span_us = std::nullopt);
+               std::optional<std::int64_t> lease_span_us = std::nullopt, const OwnedJobsFloor* floor = nullptr);
 
 
 struct OwnedJob {
@@ -68,6 +73,11 @@ struct OwnedJobsFloor {
 // as it was (an older floor stays true, it only reads more).
 std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,
                                        std::int64_t settled_us = 0, OwnedJobsFloor* floor = nullptr);
+
+// `floor` as akadze.workers.running_floor keeps it (JSON: version, server,
+// from_xid and points as text, ids), or nullopt when it is not one of
+// `worker_id`.
+std::optional<std::string> StoredRunningFloorJson(const OwnedJobsFloor& floor, const std::string& worker_id);
 
 // Records that the workers `worker_ids` stopped with no job running under
 // them as of the snapshot `floor` was taken from (akadze.worker_stops,

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "claim/queue_counts.h"
 #include "core/redact.h"
 #include "pg/pg_error.h"
 #include "runtime/log_line.h"
@@ -166,7 +167,7 @@ HttpReply StatusPage::Status() {
   const auto now = clock_.Now();
   if (!status_read_at_ || now - *status_read_at_ >= options_.status_max_age) {
     const StatusReport report =
-        session_.Run([&](pg::Connection& conn) { return ReadStatusReport(conn, options_.report); });
+        session_.Run([&](pg::Connection& conn) { return ReadStatusReport(conn, CountQueuedJobs, options_.report); });
     status_body_ = DumpJson(StatusJson(report, !config_.admin_token_file.empty())) + "\n";
     status_read_at_ = now;
   }

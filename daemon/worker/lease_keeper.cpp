@@ -243,7 +243,7 @@ std::optional<std::string> LeaseKeeper::Renew() {
     session_.Run([&](pg::Connection& c) { RegisterWorker(c, identity); });
     spdlog::warn("registered worker={} host={} pid={} | new id after a lost lease", identity.id,
                  LogValue(identity.hostname), identity.pid);
-  } else if (!session_.Run([&](pg::Connection& c) { return Heartbeat(c, identity.id, lease_span_us()); })) {
+  } else if (!session_.Run([&](pg::Connection& c) { return Heartbeat(c, identity.id, lease_span_us(), &owned_floor_); })) {
     // A rescue (or an operator) deleted the row, or this heartbeat reached
     // the server after the lease ran out: its jobs are, or will be, someone
     // else's. The old id is never taken again, so a claim or finish under

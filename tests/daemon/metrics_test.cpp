@@ -112,8 +112,8 @@ TEST_CASE("/metrics: outcomes, durations, job gauges, slots and build info match
     e = Scrape(port);
     return e.Sum("akadzed_job_outcomes_total") == 7 &&
            e.Value("akadzed_busy_slots", {{"queue", "default"}}) == 0 &&
-           e.Value("akadzed_jobs", {{"queue", "default"}, {"state", "succeeded"}}) == 4 &&
-           e.Value("akadzed_jobs", {{"queue", "default"}, {"state", "failed"}}) == 2;
+           e.Value("akadzed_queue_finished_last_hour", {{"queue", "default"}, {"state", "succeeded"}}) == 4 &&
+           e.Value("akadzed_queue_finished_last_hour", {{"queue", "default"}, {"state", "failed"}}) == 2;
   }));
 
   // Outcomes per task, and one duration observation per run.
@@ -141,10 +141,19 @@ TEST_CASE("/metrics: outcomes, durations, job gauges, slots and build info match
   CHECK(Value(e, "akadzed_claim_rows_read_total", {{"queue", "default"}}) >= 7);
   CHECK(Value(e, "akadzed_claim_duration_seconds_count", {{"queue", "default"}}) >= 1);
 
-  // The jobs gauge is the database's count, state by state.
-  for (const char* state : {"queued", "running", "succeeded", "failed", "cancelled"}) {
+  // The jobs gauge is the database's count of queued and running jobs;
+  // the finishes of the last hour (all of this test's) are the queue's
+  // minutes, state by state.
+  for (const char* state : {"queued", "running"}) {
     INFO(state);
     CHECK(Value(e, "akadzed_jobs", {{"queue", "default"}, {"state", state}}) ==
+          test::JobsInState(f.conn, state));
+  }
+  CHECK(e.Find("akadzed_jobs") != nullptr);
+  CHECK_FALSE(e.Value("akadzed_jobs", {{"queue", "default"}, {"state", "succeeded"}}).has_value());
+  for (const char* state : {"succeeded", "failed", "cancelled"}) {
+    INFO(state);
+    CHECK(Value(e, "akadzed_queue_finished_last_hour", {{"queue", "default"}, {"state", state}}) ==
           test::JobsInState(f.conn, state));
   }
   CHECK(Value(e, "akadzed_queue_ready_jobs", {{"queue", "default"}}) == 0);

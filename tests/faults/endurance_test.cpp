@@ -91,6 +91,7 @@
 #include "faults/fault_scenario.h"
 #include "pg/connection.h"
 #include "store/queued_sweep.h"
+#include "claim/queue_counts.h"
 #include "store/status_report.h"
 #include "store/worker_lease.h"
 #include "support/daemon_process.h"
@@ -611,7 +612,7 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   auto measure_shared = [&](std::map<std::string, double>& out) {
     out["rescue (lost jobs, ttl 1 h)"] = TimeMs([&] { RescueLostJobs(probe, 3600LL * 1000000); });
     out["queued sweep"] = TimeMs([&] { SweepQueuedJobs(probe, 100); });
-    out["status report"] = TimeMs([&] { ReadStatusReport(probe); });
+    out["status report"] = TimeMs([&] { ReadStatusReport(probe, CountQueuedJobs); });
     out["akadzed status --json (process)"] = TimeMs(
         [&] {
           CommandResult s = RunAkadzed({"status", "--json", "--database-url", db});

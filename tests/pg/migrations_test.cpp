@@ -35,7 +35,7 @@ const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses"
                                                "007_status_page", "008_queue_caps",
                                                "009_queued_xid", "010_running_xid",
                                                "011_worker_running_xid", "012_worker_stops",
-                                               "013_queue_floors"};
+                                               "013_queue_floors", "014_worker_running_floor"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -96,7 +96,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "013_queue_floors");
+  CHECK(ExpectedSchemaVersion() == "014_worker_running_floor");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -596,7 +596,8 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
                                                            "applied 010_running_xid",
                                                            "applied 011_worker_running_xid",
                                                            "applied 012_worker_stops",
-                                                           "applied 013_queue_floors"});
+                                                           "applied 013_queue_floors",
+                                                           "applied 014_worker_running_floor"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});

@@ -13,6 +13,7 @@
 
 #include "embedded/throwaway_postgres.h"
 #include "pg/connection.h"
+#include "claim/queue_counts.h"
 #include "store/status_report.h"
 #include "support/daemon_process.h"
 #include "support/plan_log.h"
@@ -62,7 +63,7 @@ TEST_CASE("status report: ready, scheduled, running and paused per queue, and wh
   conn.exec("INSERT INTO akadze.jobs (task, queue, state, finished_at) VALUES ('t', 'history', 'succeeded', now())");
   AddQueueMinutes(conn, {{"charted", 1, 0, 0}});
 
-  const StatusReport r = ReadStatusReport(conn);
+  const StatusReport r = ReadStatusReport(conn, CountQueuedJobs);
   CHECK(Names(r) == std::vector<std::string>{"a", "busy", "served", "stopped"});
   CHECK_FALSE(r.queues_truncated);
   const QueueStatus& a = *Find(r, "a");
@@ -90,7 +91,7 @@ TEST_CASE("status report: ready, scheduled, running and paused per queue, and wh
               " FROM generate_series(1, 120) i");
     StatusReportOptions options;
     options.count_cap = 50;
-    const StatusReport capped = ReadStatusReport(conn, options);
+    const StatusReport capped = ReadStatusReport(conn, CountQueuedJobs, options);
     const QueueStatus& big = *Find(capped, "big");
     CHECK(big.capped);
     CHECK(big.ready <= 50);
@@ -102,7 +103,7 @@ TEST_CASE("status report: ready, scheduled, running and paused per queue, and wh
   SECTION("at most max_queues queues, by name") {
     StatusReportOptions options;
     options.max_queues = 2;
-    const StatusReport few = ReadStatusReport(conn, options);
+    const StatusReport few = ReadStatusReport(conn, CountQueuedJobs, options);
     CHECK(Names(few) == std::vector<std::string>{"a", "busy"});
     CHECK(few.queues_truncated);
   }
@@ -114,7 +115,7 @@ TEST_CASE("status report: hostile rows read: a NULL queue of a worker, a failure
   conn.exec("INSERT INTO akadze.workers (id, hostname, pid, queues) VALUES ($1, 'h', 1, ARRAY['a', NULL])",
             pg::Params().add(kWorkerA));
   conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) VALUES ('t', 'failed', NULL), ('t', 'failed', now())");
-  const StatusReport r = ReadStatusReport(conn);
+  const StatusReport r = ReadStatusReport(conn, CountQueuedJobs);
   CHECK(Names(r) == std::vector<std::string>{"a"});
   REQUIRE(r.workers.size() == 1);
   CHECK(r.workers[0].queues == std::vector<std::string>{"a"});
@@ -130,7 +131,7 @@ TEST_CASE("status report: the oldest ready job is found at any priority, and inf
             " ('t', 10, now() - interval '5 seconds'), ('t', 10, now() + interval '1 day'),"
             " ('t', 5, now() + interval '1 hour'), ('t', -3, now() - interval '2 hours'),"
             " ('t', -3, now() - interval '1 hour'), ('t', 0, now() - interval '10 minutes')");
-  StatusReport r = ReadStatusReport(conn);
+  StatusReport r = ReadStatusReport(conn, CountQueuedJobs);
   const QueueStatus* q = Find(r, "default");
   REQUIRE(q != nullptr);
   REQUIRE(q->oldest_ready_age_seconds);
@@ -141,13 +142,13 @@ TEST_CASE("status report: the oldest ready job is found at any priority, and inf
 
   // Only future jobs: nothing is ready.
   conn.exec("DELETE FROM akadze.jobs WHERE run_at <= now()");
-  r = ReadStatusReport(conn);
+  r = ReadStatusReport(conn, CountQueuedJobs);
   CHECK_FALSE(Find(r, "default")->oldest_ready_age_seconds);
   CHECK(Find(r, "default")->ready == 0);
 
   // -infinity and infinity run_at (the schema takes them).
   conn.exec("INSERT INTO akadze.jobs (task, run_at) VALUES ('t', '-infinity'), ('t', 'infinity')");
-  r = ReadStatusReport(conn);
+  r = ReadStatusReport(conn, CountQueuedJobs);
   CHECK(Find(r, "default")->ready == 1);
   REQUIRE(Find(r, "default")->oldest_ready_age_seconds);
   CHECK(*Find(r, "default")->oldest_ready_age_seconds > 1e9);
@@ -172,7 +173,7 @@ TEST_CASE("status report: finished per minute adds up rounds over the last hour;
   CHECK(conn.exec("SELECT count(*) FROM akadze.queue_minutes WHERE minute < now() - interval '1 day'")
             .int64(0, 0) == 0);
 
-  const StatusReport r = ReadStatusReport(conn);
+  const StatusReport r = ReadStatusReport(conn, CountQueuedJobs);
   const QueueStatus& q = *Find(r, "q");
   REQUIRE(q.finished_per_minute.size() == 60);
   // The writes and the read may straddle a minute's end: the written
@@ -210,7 +211,7 @@ TEST_CASE("status report: recent failures, newest first, from whatever the error
       failed("[{\"error\": \"Long\", \"message\": \"" + std::string(10'000, 'x') + "\"}]", "5 minutes");
   conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) VALUES ('t', 'succeeded', now())");
 
-  StatusReport r = ReadStatusReport(conn);
+  StatusReport r = ReadStatusReport(conn, CountQueuedJobs);
   REQUIRE(r.recent_failures.size() == 5);
   std::vector<std::int64_t> ids;
   for (const RecentFailure& f : r.recent_failures) ids.push_back(f.id);
@@ -227,7 +228,7 @@ TEST_CASE("status report: recent failures, newest first, from whatever the error
 
   StatusReportOptions options;
   options.max_failures = 2;
-  r = ReadStatusReport(conn, options);
+  r = ReadStatusReport(conn, CountQueuedJobs, options);
   CHECK(r.recent_failures.size() == 2);
 }
 
@@ -236,7 +237,7 @@ std::vector<test::LoggedPlan> PlansOfOneRead(Connection& conn) {
   const std::string log = (test::Cluster().directory() / "server.log").string();
   conn.exec(test::kAutoExplainSql);
   const std::uintmax_t mark = test::FileSize(log);
-  ReadStatusReport(conn);
+  ReadStatusReport(conn, CountQueuedJobs);
   conn.exec("SET auto_explain.log_min_duration = -1");
   // The server writes its log asynchronously to the reply: wait for the
   // last statement's plan (the recent failures').
@@ -302,7 +303,7 @@ TEST_CASE("status report: on 200,000 jobs no statement scans akadze.jobs", "[sta
   // And the report is right on the big table too (counted whole here).
   StatusReportOptions whole;
   whole.count_cap = 10'000;
-  const StatusReport r = ReadStatusReport(conn, whole);
+  const StatusReport r = ReadStatusReport(conn, CountQueuedJobs, whole);
   CHECK(Names(r) == std::vector<std::string>{"q0", "q1", "q2"});
   std::int64_t ready = 0, scheduled = 0, running = 0;
   for (const QueueStatus& q : r.queues) {

@@ -1,0 +1,15 @@
+-- akadzed 014_worker_running_floor: each worker's running floor, kept on
+-- its row, so that counts of running jobs read past the dead entries too.
+--
+-- A daemon's heartbeat reconcile reads its own running jobs past the dead
+-- entries a held MVCC horizon keeps (core/running_floor.h: the ids it found
+-- running, and from a transaction id on). Everyone else who counts running
+-- jobs (the status page, `akadzed status`, /metrics, `akadzed limits`)
+-- read every entry of jobs_running_worker_idx: every job the cluster ran
+-- while the horizon is held (57 ms after 20 minutes at 1,000 jobs/s,
+-- growing). Each heartbeat now writes the floor of the reconcile before it
+-- here (JSON: its server, from_xid, points and ids), and the counts read
+-- each worker's jobs with it: a heartbeat round's claims, not the hold's.
+-- A cache: NULL (an akadze worker, a daemon before its first reconcile) or
+-- anything unreadable means "read this worker's entries whole".
+ALTER TABLE akadze.workers ADD COLUMN running_floor jsonb;
