@@ -159,6 +159,14 @@ std::optional<ClaimFloor> StoredFloorFromJson(std::string_view text) {
     const auto run_at = integer(l[1], kMin, kMax);
     const auto id = integer(l[2], kMin, kMax);
     if (!priority || !run_at || !id) return std::nullopt;
+    // A run_at PostgreSQL has no timestamptz for would fail every statement
+    // that reads with the floor (TimestampFromMicrosSql): only its range
+    // (4714 BC to 294276 AD) and the two infinities.
+    constexpr std::int64_t kFirstTimestamp = -211813488000000000;  // 4714-11-24 00:00 BC
+    constexpr std::int64_t kEndTimestamp = 9223371331200000000;    // 294277-01-01 00:00, excluded
+    if (*run_at != kMin && *run_at != kMax && (*run_at < kFirstTimestamp || *run_at >= kEndTimestamp)) {
+      return std::nullopt;
+    }
     // Highest priority first, one position a level.
     if (!floor.levels.empty() && floor.levels.back().priority <= *priority) return std::nullopt;
     floor.levels.push_back({static_cast<std::int32_t>(*priority), *run_at, *id});
@@ -203,7 +211,7 @@ RunningFloorArgs RunningFloorsArgs(const RunningFloors* floors, const std::vecto
     for (const auto& [key, f] : *floors) add(key, f);
   }
   out.floors = k.dump();
-  for (std::uint64_t x : points) out.points.push_back(std::to_string(x));
+  out.points = XidTexts(std::vector<std::uint64_t>(points.begin(), points.end()));
   return out;
 }
 

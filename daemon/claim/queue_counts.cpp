@@ -79,7 +79,7 @@ std::vector<QueuedCount> CountQueuedJobs(pg::Connection& conn, const std::vector
   const pg::Statement now = FloorSnapshotStatement();
   pg::Result r = conn.exec(now.sql + ", has_table_privilege('akadze.queue_floors', 'SELECT')", now.params());
   std::map<std::string, ClaimFloor> floors;
-  if (r.boolean(0, 3)) floors = LoadQueueFloors(conn, queues);
+  if (r.boolean(0, 3)) floors = LoadQueueFloors(conn, queues, kCountFloorMaxAge);
   const std::string snapshot(r.text(0, 0));
   const std::string server(r.text(0, 1));
   std::vector<pg::Statement> statements;

@@ -29,6 +29,7 @@
 // Thread-safety: uses the connection it is given.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +45,13 @@ namespace akadzed {
 // to `cap` + 1 rows (0: no bound): one row of total, ready and the oldest
 // ready job's age in seconds (NULL: none ready).
 pg::Statement QueueCountStatement(const std::string& queue, const ClaimFloor& floor, std::int64_t cap);
+
+// A count uses a stored floor written at most this long ago (a serving
+// daemon writes its queue's every 10 s): below a floor it also reads every
+// row queued since the floor was written, so an old floor (a paused queue's,
+// one whose daemons stopped) would make each count read every job enqueued
+// since. Without one it reads from the heads, up to the cap.
+inline constexpr std::chrono::microseconds kCountFloorMaxAge = std::chrono::seconds(30);
 
 // A QueuedCounter (store/status_report.h): loads the queues' stored floors
 // (when the role may read akadze.queue_floors), keeps those usable on this

@@ -12,11 +12,15 @@ void SaveQueueFloor(pg::Connection& conn, const std::string& queue, const ClaimF
             pg::Params().add(queue).add(StoredFloorJson(floor)));
 }
 
-std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const std::vector<std::string>& queues) {
+std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const std::vector<std::string>& queues,
+                                                  std::optional<std::chrono::microseconds> max_age) {
   std::map<std::string, ClaimFloor> floors;
   if (queues.empty()) return floors;
-  pg::Result r = conn.exec("SELECT queue, floor::text FROM akadze.queue_floors WHERE queue = ANY($1::text[])",
-                           pg::Params().add_array(queues));
+  std::optional<std::int64_t> age_us;
+  if (max_age) age_us = max_age->count();
+  pg::Result r = conn.exec("SELECT queue, floor::text FROM akadze.queue_floors WHERE queue = ANY($1::text[])"
+                           " AND ($2::int8 IS NULL OR set_at >= now() - $2::int8 * interval '1 microsecond')",
+                           pg::Params().add_array(queues).add(age_us));
   for (int i = 0; i < r.rows(); ++i) {
     // A stored row is as durable as the claims its snapshot saw (they were
     // committed before it was written): true on whatever server has it.
@@ -29,7 +33,7 @@ std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const st
 }
 
 ClaimFloor LoadQueueFloor(pg::Connection& conn, const std::string& queue) {
-  std::map<std::string, ClaimFloor> floors = LoadQueueFloors(conn, {queue});
+  std::map<std::string, ClaimFloor> floors = LoadQueueFloors(conn, {queue}, std::nullopt);
   auto it = floors.find(queue);
   return it == floors.end() ? ClaimFloor{} : std::move(it->second);
 }

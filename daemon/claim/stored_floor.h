@@ -14,7 +14,9 @@
 // Thread-safety: uses the connection it is given.
 #pragma once
 
+#include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,8 +33,12 @@ void SaveQueueFloor(pg::Connection& conn, const std::string& queue, const ClaimF
 // `queue`'s stored floor, or an empty one when there is none or it is not
 // one SaveQueueFloor wrote.
 ClaimFloor LoadQueueFloor(pg::Connection& conn, const std::string& queue);
-// The stored floors of `queues` that SaveQueueFloor wrote, by queue; one
-// statement.
-std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const std::vector<std::string>& queues);
+// The stored floors of `queues` that SaveQueueFloor wrote, by queue, those
+// written within `max_age` only (nullopt: any); one statement. An old floor
+// is still true, but a read past it also reads every row queued since it
+// was written (its snapshot does not see them): a count, read again and
+// again, takes only recent ones (queue_counts.h).
+std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const std::vector<std::string>& queues,
+                                                  std::optional<std::chrono::microseconds> max_age);
 
 }  // namespace akadzed

@@ -448,8 +448,7 @@ pg::Statement FloorSnapshotStatement() {
 
 std::string BelowFloorRowsSql(Statement& st, const std::string& queue, const ClaimFloor& floor, bool ready_only) {
   const SnapshotXids xids = ParseSnapshot(floor.snapshot).value_or(SnapshotXids{});
-  std::vector<std::string> in_progress;
-  for (std::uint64_t x : xids.in_progress) in_progress.push_back(std::to_string(x));
+  const std::vector<std::string> in_progress = XidTexts(xids.in_progress);
   std::vector<std::int64_t> p, r, i;
   for (const IndexPosition& f : floor.levels) {
     p.push_back(f.priority);

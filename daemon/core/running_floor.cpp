@@ -46,4 +46,11 @@ RunningFloor RunningFloorAfter(const SnapshotXids& s, std::vector<std::int64_t> 
   return f;
 }
 
+std::vector<std::string> XidTexts(const std::vector<std::uint64_t>& xids) {
+  std::vector<std::string> out;
+  out.reserve(xids.size());
+  for (std::uint64_t x : xids) out.push_back(std::to_string(x));
+  return out;
+}
+
 }  // namespace akadzed

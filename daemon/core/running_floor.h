@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -55,5 +56,9 @@ inline constexpr std::uint64_t kRunningRangeSlack = 1000;
 
 // The floor a read that found `ids` running in snapshot `s` leaves.
 RunningFloor RunningFloorAfter(const SnapshotXids& s, std::vector<std::int64_t> ids);
+
+// Transaction ids as the text an `xid8[]` parameter takes (xid8 has no
+// int8 form: ids past 2^63 would not fit).
+std::vector<std::string> XidTexts(const std::vector<std::uint64_t>& xids);
 
 }  // namespace akadzed

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "pg/params.h"
+#include "pg/result.h"
+
 namespace akadzed {
 
 std::string AppendErrorSql(std::string_view errors, std::string_view error,
@@ -50,13 +53,18 @@ std::string AgeSecondsSql(std::string_view column) {
                      PastTimestampSql(column));
 }
 
-const char* const kKnownQueuesSql =
-    "SELECT queue, bool_or(served) AS served FROM ("
-    "  SELECT queue, true AS served FROM akadze.queue_pauses"
-    "  UNION ALL SELECT queue, true FROM akadze.queue_caps"
-    "  UNION ALL SELECT unnest(queues), true FROM akadze.workers"
-    "  UNION ALL SELECT queue, false FROM akadze.queue_floors) k"
-    " WHERE queue IS NOT NULL GROUP BY queue";
+std::string KnownQueuesSql(bool with_floors) {
+  return std::string("SELECT queue, bool_or(served) AS served FROM ("
+                     "  SELECT queue, true AS served FROM akadze.queue_pauses"
+                     "  UNION ALL SELECT queue, true FROM akadze.queue_caps"
+                     "  UNION ALL SELECT unnest(queues), true FROM akadze.workers") +
+         (with_floors ? "  UNION ALL SELECT queue, false FROM akadze.queue_floors" : "") +
+         ") k WHERE queue IS NOT NULL GROUP BY queue";
+}
+
+bool CanReadTable(pg::Connection& conn, const std::string& table) {
+  return conn.exec("SELECT has_table_privilege($1, 'SELECT')", pg::Params().add(table)).boolean(0, 0);
+}
 
 std::string FirstInGapSql(std::string_view column, std::string_view where, std::string_view lo,
                           std::string_view hi) {
@@ -74,12 +82,13 @@ std::string FirstInGapSql(std::string_view column, std::string_view where, std::
 }
 
 const std::string& RunningJobsOfWorkersSql() {
-  // The floor, when usable: an object of version 1, this server's, with
+  // The floor, when usable: an object of version 1, of this worker and
+  // this server, with
   // arrays of points and ids and a from_xid that transaction ids have not
   // gone back past (CASEs: a cast is evaluated only after its check).
   static const std::string floor =
       std::string("CASE WHEN jsonb_typeof(w.running_floor) = 'object' AND w.running_floor -> 'v' = '1'::jsonb"
-                  " AND w.running_floor ->> 's' = ") + kServerStartedSql +
+                  " AND w.running_floor ->> 'w' = w.id::text AND w.running_floor ->> 's' = ") + kServerStartedSql +
       " AND jsonb_typeof(w.running_floor -> 'p') = 'array' AND jsonb_typeof(w.running_floor -> 'i') = 'array'"
       " AND (w.running_floor ->> 'x') ~ '^[0-9]{1,19}$'"
       " THEN CASE WHEN (w.running_floor ->> 'x')::xid8 <= pg_snapshot_xmax(pg_current_snapshot())"

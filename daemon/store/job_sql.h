@@ -4,11 +4,14 @@
 // the schema accepts (including '-infinity' and 'infinity') as a point in
 // the past that now() can be subtracted from.
 //
-// Thread-safety: pure functions.
+// Thread-safety: pure functions, but CanReadTable (one statement on the
+// connection it is given).
 #pragma once
 
 #include <string>
 #include <string_view>
+
+#include "pg/connection.h"
 
 namespace akadzed {
 
@@ -63,11 +66,16 @@ inline constexpr const char* kFloorSnapshotSql =
 inline constexpr const char* kServerStartedSql = "extract(epoch FROM pg_postmaster_start_time())::text";
 
 // The queues the database names outside akadze.jobs, as a SELECT of
-// (queue, served): those the workers serve, pause or cap (served true) and
-// those with a stored claim floor (akadze.queue_floors; served false
-// unless also one of the others). The known bounds of the skip scans that
-// find the other queues (FirstInGapSql).
-extern const char* const kKnownQueuesSql;
+// (queue, served): those the workers serve, pause or cap (served true) and,
+// `with_floors`, those with a stored claim floor (akadze.queue_floors;
+// served false unless also one of the others: pass it only when the role
+// may read the table, CanReadTable). The known bounds of the skip scans
+// that find the other queues (FirstInGapSql).
+std::string KnownQueuesSql(bool with_floors);
+
+// Whether the session's role may SELECT from `table` (a qualified name):
+// a statement that names a table it may not read fails whole.
+bool CanReadTable(pg::Connection& conn, const std::string& table);
 
 // The first value of `column` (of akadze.jobs as `j`) over the rows where
 // `where` holds that lies after `lo` and before `hi` (SQL expressions,

@@ -79,10 +79,10 @@ const std::string kLimitKeysSql =
 // never read); the keys found, each counted in the queues it has jobs in
 // (up to $2 jobs per key; NULL: all). A held key's jobs are never claimed,
 // so its entries are live.
-const std::string& HeldKeysSql() {
-  static const std::string sql =
+std::string HeldKeysSql(bool with_floors) {
+  return
       "WITH RECURSIVE star AS (SELECT EXISTS (SELECT 1 FROM akadze.limits WHERE key = '*') AS set),"
-      " known AS (SELECT queue FROM (" + std::string(kKnownQueuesSql) + ") k WHERE NOT (SELECT set FROM star)),"
+      " known AS (SELECT queue FROM (" + KnownQueuesSql(with_floors) + ") k WHERE NOT (SELECT set FROM star)),"
       " qgaps(lo, hi) AS (SELECT lag(queue) OVER (ORDER BY queue), queue FROM known"
       "  UNION ALL SELECT max(queue), NULL FROM known HAVING NOT (SELECT set FROM star)),"
       " qfound(queue, hi) AS ("
@@ -108,7 +108,6 @@ const std::string& HeldKeysSql() {
       "   WHERE j.state = 'queued' AND j.queue = ANY(h.queues) AND j.limit_key = h.key LIMIT $2) c) AS n"
       "  FROM held h) k"
       " ORDER BY n DESC, key LIMIT $1";
-  return sql;
 }
 
 }  // namespace
@@ -122,7 +121,9 @@ std::vector<HeldLimitKey> ListHeldLimitKeys(pg::Connection& conn, std::size_t ma
   } else {
     params.add_null();
   }
-  pg::Result r = conn.exec(HeldKeysSql(), params);
+  static const std::string with_floors = HeldKeysSql(true);
+  static const std::string without = HeldKeysSql(false);
+  pg::Result r = conn.exec(CanReadTable(conn, "akadze.queue_floors") ? with_floors : without, params);
   std::vector<HeldLimitKey> keys;
   for (int i = 0; i < r.rows(); ++i) {
     HeldLimitKey key{std::string(r.text(i, 0)), r.int64(i, 1)};

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "pg/transaction.h"
@@ -22,17 +23,18 @@ constexpr const char* kChartMinutesSql =
 // by a skip scan of jobs_claim_idx inside each gap between two known names
 // (`queue > lower AND queue < upper`: a probe never enters a known queue's
 // entries, where a held MVCC horizon keeps the dead entries of its claims);
-// at most max_queues + 1 (one more says there were more). A queue known
-// only by its stored floor is flagged: shown only with queued jobs. Per
+// at most max_queues + 1 (one more says there may be more), those known
+// only by a stored floor (`with_floors`: the role may read them) last: they
+// are shown only with queued jobs. Per
 // queue: pause, cap and running (RunningJobsOfWorkersSql). Limits are
 // written into the text: a generic plan of a LIMIT parameter assumes a
 // tenth of the table.
-std::string QueuesSql(std::size_t max_queues) {
+std::string QueuesSql(std::size_t max_queues, bool with_floors) {
   const auto probe = [](const std::string& lo, const std::string& hi) {
     return FirstInGapSql("queue", "j.state = 'queued'", lo, hi);
   };
   return
-      "WITH RECURSIVE known(queue, served) AS (" + std::string(kKnownQueuesSql) + "),"
+      "WITH RECURSIVE known(queue, served) AS (" + KnownQueuesSql(with_floors) + "),"
       // The gaps: before the first known name, between two, after the last
       // (one gap without bounds when none is known).
       " gaps(lo, hi) AS ("
@@ -44,7 +46,7 @@ std::string QueuesSql(std::size_t max_queues) {
       "  SELECT " + probe("f.queue", "f.hi") + ", f.hi FROM found f WHERE f.queue IS NOT NULL),"
       " names AS (SELECT queue, bool_or(served) AS served FROM ("
       "  SELECT queue, served FROM known UNION ALL SELECT queue, true FROM found WHERE queue IS NOT NULL) n"
-      "  GROUP BY queue ORDER BY queue LIMIT " + std::to_string(max_queues + 1) + "),"
+      "  GROUP BY queue ORDER BY bool_or(served) DESC, queue LIMIT " + std::to_string(max_queues + 1) + "),"
       // Running jobs, read once, each worker's past its running floor.
       " running AS (SELECT queue, count(*) AS n FROM " + RunningJobsOfWorkersSql() + " rj GROUP BY queue)"
       " SELECT q.queue, p.queue IS NOT NULL, " + IsoTimestampSql("p.paused_at") + ","
@@ -53,7 +55,7 @@ std::string QueuesSql(std::size_t max_queues) {
       " LEFT JOIN akadze.queue_pauses p ON p.queue = q.queue"
       " LEFT JOIN akadze.queue_caps cap ON cap.queue = q.queue"
       " LEFT JOIN running rn ON rn.queue = q.queue"
-      " ORDER BY q.queue";
+      " ORDER BY q.served DESC, q.queue";
 }
 
 // The chart's rows: those of the last hour's 60 minutes (probes of the
@@ -89,7 +91,7 @@ QueueSection ReadQueueSection(pg::Connection& conn, const QueuedCounter& count_q
   // The statements this file owns go in one round trip.
   const std::string now_sql = "SELECT " + IsoTimestampSql("now()") + ", " + IsoTimestampSql("m") +
                               ", date_part('epoch', m)::bigint FROM " + kChartMinutesSql + " AS m ORDER BY m";
-  const std::string queues_sql = QueuesSql(options.max_queues);
+  const std::string queues_sql = QueuesSql(options.max_queues, CanReadTable(conn, "akadze.queue_floors"));
   const pg::Params none;
   const std::vector<pg::PipelinedStatement> statements = {
       {now_sql, &none}, {queues_sql, &none}, {QueueMinutesSql(), &none}};
@@ -108,15 +110,12 @@ QueueSection ReadQueueSection(pg::Connection& conn, const QueuedCounter& count_q
   for (int i = 0; i < r.rows(); ++i) names.emplace_back(r.text(i, 0));
   const std::vector<QueuedCount> counts = count_queued(conn, names, options.count_cap);
   const std::int64_t cap = options.count_cap > 0 ? options.count_cap : INT64_MAX;
-  std::map<std::string, std::size_t> index;
-  for (int i = 0; i < r.rows(); ++i) {
+  // The served and found names come first, then those known only by a
+  // stored floor, shown while they have queued jobs; by name after that.
+  section.truncated = static_cast<std::size_t>(r.rows()) > options.max_queues;
+  for (int i = 0; i < r.rows() && section.queues.size() < options.max_queues; ++i) {
     const QueuedCount& c = counts.at(static_cast<std::size_t>(i));
-    // Known only by a stored floor: shown while it has queued jobs.
     if (!r.boolean(i, 5) && c.total == 0) continue;
-    if (section.queues.size() == options.max_queues) {
-      section.truncated = true;
-      break;
-    }
     QueueStatus q;
     q.queue = std::string(r.text(i, 0));
     q.paused = r.boolean(i, 1);
@@ -128,9 +127,12 @@ QueueSection ReadQueueSection(pg::Connection& conn, const QueuedCounter& count_q
     q.scheduled = std::min(c.total - c.ready, cap);
     q.oldest_ready_age_seconds = c.oldest_ready_age_seconds;
     for (const std::string& m : minutes) q.finished_per_minute.push_back(MinuteCount{m, 0, 0, 0});
-    index[q.queue] = section.queues.size();
     section.queues.push_back(std::move(q));
   }
+  std::sort(section.queues.begin(), section.queues.end(),
+            [](const QueueStatus& a, const QueueStatus& b) { return a.queue < b.queue; });
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < section.queues.size(); ++i) index[section.queues[i].queue] = i;
   const pg::Result& m = results[2];
   const auto chart_minutes = static_cast<std::int64_t>(minutes.size());
   for (int i = 0; i < m.rows(); ++i) {

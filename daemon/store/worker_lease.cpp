@@ -25,19 +25,23 @@ void RegisterWorker(pg::Connection& conn, const WorkerIdentity& worker) {
 
 std::optional<std::string> StoredRunningFloorJson(const OwnedJobsFloor& floor, const std::string& worker_id) {
   if (floor.worker_id.empty() || floor.worker_id != worker_id || floor.server_started.empty()) return std::nullopt;
-  nlohmann::json points = nlohmann::json::array();
-  for (std::uint64_t x : floor.running.points) points.push_back(std::to_string(x));
+  const nlohmann::json points = XidTexts(floor.running.points);
   nlohmann::json out = {{"v", 1},
+                        {"w", worker_id},
                         {"s", floor.server_started},
                         {"x", std::to_string(floor.running.from_xid)},
-                        {"p", std::move(points)},
+                        {"p", points},
                         {"i", floor.running.ids}};
   return out.dump();
 }
 
 bool Heartbeat(pg::Connection& conn, const std::string& worker_id, std::optional<std::int64_t> lease_span_us,
                const OwnedJobsFloor* floor) {
-  const std::optional<std::string> stored = floor ? StoredRunningFloorJson(*floor, worker_id) : std::nullopt;
+  // Only a floor read through this connection: one read before a reconnect
+  // may be of a server that lost transactions since (a crash with
+  // synchronous_commit off hands their ids out again).
+  const std::optional<std::string> stored =
+      floor && floor->connection == conn.serial() ? StoredRunningFloorJson(*floor, worker_id) : std::nullopt;
   return conn.exec("UPDATE akadze.workers SET heartbeat_at = now(), running_floor = COALESCE($3::jsonb, running_floor)"
                    " WHERE id = $1::uuid AND ($2::int8 IS NULL"
                    " OR heartbeat_at >= clock_timestamp() - $2::int8 * interval '1 microsecond')",
@@ -47,8 +51,7 @@ bool Heartbeat(pg::Connection& conn, const std::string& worker_id, std::optional
 
 void RecordWorkerStops(pg::Connection& conn, const std::vector<std::string>& worker_ids, const RunningFloor& floor) {
   if (worker_ids.empty()) return;
-  std::vector<std::string> points;
-  for (std::uint64_t x : floor.points) points.push_back(std::to_string(x));
+  const std::vector<std::string> points = XidTexts(floor.points);
   // A stop already recorded stays: it is as true as this one. Stops older
   // than a day go.
   conn.exec("WITH pruned AS (DELETE FROM akadze.worker_stops WHERE stopped_at < now() - interval '1 day')"
@@ -110,8 +113,7 @@ std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& 
                      floor->connection == conn.serial();
   pg::Result rows;
   if (since) {
-    std::vector<std::string> points;
-    for (std::uint64_t x : floor->running.points) points.push_back(std::to_string(x));
+    const std::vector<std::string> points = XidTexts(floor->running.points);
     // Plans of lookups: estimates made on live rows must not turn the id
     // list into a scan.
     rows = ExecAsIndexLookups(conn, "", kSince,

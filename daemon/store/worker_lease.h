@@ -74,9 +74,9 @@ struct OwnedJobsFloor {
 std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,
                                        std::int64_t settled_us = 0, OwnedJobsFloor* floor = nullptr);
 
-// `floor` as akadze.workers.running_floor keeps it (JSON: version, server,
-// from_xid and points as text, ids), or nullopt when it is not one of
-// `worker_id`.
+// `floor` as akadze.workers.running_floor keeps it (JSON: version, worker,
+// server, from_xid and points as text, ids), or nullopt when it is not one
+// of `worker_id`.
 std::optional<std::string> StoredRunningFloorJson(const OwnedJobsFloor& floor, const std::string& worker_id);
 
 // Records that the workers `worker_ids` stopped with no job running under

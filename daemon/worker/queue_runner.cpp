@@ -181,6 +181,12 @@ ClaimRoundResult QueueRunner::ClaimRound() {
 }
 
 void QueueRunner::ReadStoredFloor(pg::Connection& conn) {
+  // A floor of another connection (the session reconnected) is one RunClaim
+  // would drop: load the stored one instead of claiming from the heads.
+  if (!floor_.empty() && floor_.connection != conn.serial()) {
+    floor_.clear();
+    floor_loaded_ = {};
+  }
   if (queue_.aging_us || !floor_.empty()) return;
   const auto now = claim_loop_.clock().Now();
   if (floor_loaded_ != ServiceClock::time_point{} && now - floor_loaded_ < kStoredFloorReadEvery) return;

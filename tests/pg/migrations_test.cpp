@@ -298,7 +298,7 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
                               "workers.pid:integer:NO",
                               "workers.queues:ARRAY:NO",
                               "workers.started_at:timestamp with time zone:NO",
-                              "workers.heartbeat_at:timestamp with time zone:NO",
+                              "workers.heartbeat_at:timestamp with time zone:NO", "workers.running_floor:jsonb:YES",
                           });
 }
 

@@ -135,6 +135,29 @@ TEST_CASE("queued counts read past the stored floor and count what a whole count
   const Counted capped = CountInTransaction(reader, "q", 10);
   CHECK(capped.count.total > 10);
 
+  // A role that may not read the stored floors counts from the heads, and
+  // the report's other statements do not fail for it.
+  daemon.exec("CREATE ROLE no_floors");
+  daemon.exec("GRANT USAGE ON SCHEMA akadze TO no_floors");
+  daemon.exec("GRANT SELECT ON akadze.jobs, akadze.workers, akadze.limits, akadze.limit_starts, akadze.queue_pauses,"
+              " akadze.queue_caps, akadze.queue_minutes TO no_floors");
+  reader.exec("SET ROLE no_floors");
+  const Counted no_grant = CountInTransaction(reader, "q");
+  CheckSame(no_grant.count, Whole(reader, "q"));
+  CHECK(no_grant.dead >= 1900);
+  const StatusReport report_without = ReadStatusReport(reader, CountQueuedJobs);
+  REQUIRE(report_without.queues.size() == 1);
+  CHECK(report_without.queues[0].capped);  // over 500 queued: counted up to the cap
+  reader.exec("RESET ROLE");
+
+  // An old floor (its daemons stopped, the queue paused) is not used: each
+  // count would read every job queued since it was written.
+  daemon.exec("UPDATE akadze.queue_floors SET set_at = now() - interval '1 minute'");
+  const Counted old = CountInTransaction(reader, "q");
+  CheckSame(old.count, Whole(reader, "q"));
+  CHECK(old.dead >= 1900);
+  daemon.exec("UPDATE akadze.queue_floors SET set_at = now()");
+
   // A floor of another server is not used: from the heads again.
   daemon.exec("UPDATE akadze.queue_floors SET floor = jsonb_set(floor, '{server}', '\"elsewhere\"')");
   const Counted elsewhere = CountInTransaction(reader, "q");
@@ -196,11 +219,19 @@ TEST_CASE("running counts read each worker past its stored running floor", "[que
   // Without a stored floor, and with floors no heartbeat wrote: the
   // worker's entries whole, the same counts.
   const std::string server(conn.exec("SELECT extract(epoch FROM pg_postmaster_start_time())::text").text(0, 0));
+  // Each floor has the stored one's from_xid, with which a floor taken for
+  // usable would read a few entries, not 2,000.
+  const std::string x(conn.exec("SELECT running_floor ->> 'x' FROM akadze.workers").text(0, 0));
+  const std::string of_worker = "{\"v\": 1, \"w\": \"" + worker.id + "\", ";
+  const std::string here = "\"s\": \"" + server + "\", ";
   for (const std::string& bad : std::vector<std::string>{
            "null", "[]", "{\"v\": 2}",
-        "{\"v\": 1, \"s\": \"" + server + "\", \"x\": \"not a number\", \"p\": [], \"i\": []}",
-        "{\"v\": 1, \"s\": \"elsewhere\", \"x\": \"1\", \"p\": [], \"i\": []}",
-        "{\"v\": 1, \"s\": \"" + server + "\", \"x\": \"99999999999999999\", \"p\": [], \"i\": []}"}) {
+           of_worker + here + "\"x\": \"not a number\", \"p\": [], \"i\": []}",
+           of_worker + "\"s\": \"elsewhere\", \"x\": \"" + x + "\", \"p\": [], \"i\": []}",
+           "{\"v\": 1, \"w\": \"another\", " + here + "\"x\": \"" + x + "\", \"p\": [], \"i\": []}",
+           "{\"v\": 1, " + here + "\"x\": \"" + x + "\", \"p\": [], \"i\": []}",
+           of_worker + here + "\"x\": \"99999999999999999\", \"p\": [], \"i\": []}",
+           of_worker + here + "\"x\": \"" + x + "\", \"p\": {}, \"i\": []}"}) {
     INFO(bad);
     conn.exec("UPDATE akadze.workers SET running_floor = $1::jsonb", pg::Params().add(bad));
     CHECK(read() >= 2000);

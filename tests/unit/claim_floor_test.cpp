@@ -171,6 +171,8 @@ TEST_CASE("claim floor: a stored floor round-trips its levels, pinned rows, snap
   CHECK(back->running.empty());  // not stored: a key's first count reads it whole
   const std::string ok = R"("pinned": [], "snapshot": "1:2:", "server": "s"})";
   CHECK(StoredFloorFromJson(R"({"v": 1, "levels": [[1, 2, 3]], )" + ok));
+  CHECK(StoredFloorFromJson(R"({"v": 1, "levels": [[1, 9223371331199999999, 3]], )" + ok));
+  CHECK(StoredFloorFromJson(R"({"v": 1, "levels": [[1, -211813488000000000, 3]], )" + ok));
   for (const std::string& bad : std::vector<std::string>{std::string("not json"), std::string("[]"), std::string("{}"),
         R"({"v": 2, "levels": [[1, 2, 3]], )" + ok,                      // another version
         R"({"v": "1", "levels": [[1, 2, 3]], )" + ok,                    // not a number (threw: review)
@@ -180,6 +182,8 @@ TEST_CASE("claim floor: a stored floor round-trips its levels, pinned rows, snap
         R"({"v": 1, "levels": [[2147483648, 2, 3]], )" + ok,             // priority past int4
         R"({"v": 1, "levels": [[1, 2, 9223372036854775808]], )" + ok,    // id past int8
         R"({"v": 1, "levels": [[1, 2.5, 3]], )" + ok,                    // not an integer
+        R"({"v": 1, "levels": [[1, 9223371331200000000, 3]], )" + ok,    // past timestamptz (review: every read threw)
+        R"({"v": 1, "levels": [[1, -211813488000000001, 3]], )" + ok,    // before it
         R"({"v": 1, "levels": [[1, 2, 3], [1, 4, 5]], )" + ok,           // one level twice
         R"({"v": 1, "levels": [[1, 2, 3], [2, 4, 5]], )" + ok,           // not highest first
         R"({"v": 1, "levels": [[1, 2, 3]], "pinned": ["7"], "snapshot": "1:2:", "server": "s"})",
