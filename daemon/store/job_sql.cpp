@@ -81,43 +81,53 @@ std::string FirstInGapSql(std::string_view column, std::string_view where, std::
          arm(false, false) + ")";
 }
 
-const std::string& RunningJobsOfWorkersSql() {
-  // The floor, when usable: an object of version 1, of this worker and
-  // this server, with
-  // arrays of points and ids and a from_xid that transaction ids have not
-  // gone back past (CASEs: a cast is evaluated only after its check).
-  static const std::string floor =
-      std::string("CASE WHEN jsonb_typeof(w.running_floor) = 'object' AND w.running_floor -> 'v' = '1'::jsonb"
-                  " AND w.running_floor ->> 'w' = w.id::text AND w.running_floor ->> 's' = ") + kServerStartedSql +
-      " AND jsonb_typeof(w.running_floor -> 'p') = 'array' AND jsonb_typeof(w.running_floor -> 'i') = 'array'"
-      " AND (w.running_floor ->> 'x') ~ '^[0-9]{1,19}$'"
-      " THEN CASE WHEN (w.running_floor ->> 'x')::xid8 <= pg_snapshot_xmax(pg_current_snapshot())"
-      " THEN w.running_floor END END";
+std::string RunningJobsOfWorkerSql(std::string_view worker_id, std::string_view stored_floor) {
+  // The floor, when usable: an object of version 1, of this worker and this
+  // server, with arrays of points and ids and a from_xid that transaction
+  // ids have not gone back past (CASEs: a cast is evaluated only after its
+  // check).
+  const std::string floor = fmt::format(
+      "CASE WHEN jsonb_typeof({0}) = 'object' AND {0} -> 'v' = '1'::jsonb"
+      " AND {0} ->> 'w' = {1}::text AND {0} ->> 's' = {2}"
+      " AND jsonb_typeof({0} -> 'p') = 'array' AND jsonb_typeof({0} -> 'i') = 'array'"
+      " AND ({0} ->> 'x') ~ '^[0-9]{{1,19}}$'"
+      " THEN CASE WHEN ({0} ->> 'x')::xid8 <= pg_snapshot_xmax(pg_current_snapshot()) THEN {0} END END",
+      stored_floor, worker_id, kServerStartedSql);
   // Three reads with a floor, each through one index (OFFSET 0 keeps the
   // lateral ones lookups per value): the range from from_xid and each point
   // through jobs_running_worker_idx (worker_id, running_xid), each id
   // through jobs_pkey (`IS NOT FALSE` implies no partial index); one without.
-  static const std::string sql =
-      "(SELECT r.queue, r.limit_key, r.worker_id FROM akadze.workers w"
-      " CROSS JOIN LATERAL (SELECT " + floor + " AS f) fl"
-      " CROSS JOIN LATERAL ("
+  // The points and ids are unnested from arrays: the planner takes an
+  // array for 10 elements where a jsonb function is 100 rows, and with 100
+  // a plan of many workers cost past jit_above_cost (a second of JIT for a
+  // rescue that reads a few rows).
+  return fmt::format(
+      "(SELECT r.* FROM (SELECT {1} AS f) fl CROSS JOIN LATERAL ("
       "   SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
-      "   WHERE fl.f IS NOT NULL AND j.worker_id = w.id AND j.state = 'running'"
+      "   WHERE fl.f IS NOT NULL AND j.worker_id = {0} AND j.state = 'running'"
       "     AND j.running_xid >= (fl.f ->> 'x')::xid8"
       "   UNION"
-      "   SELECT j.* FROM jsonb_array_elements_text(CASE WHEN fl.f IS NOT NULL THEN fl.f -> 'p' END) AS p(x)"
+      "   SELECT j.* FROM unnest(ARRAY(SELECT jsonb_array_elements_text(CASE WHEN fl.f IS NOT NULL THEN fl.f -> 'p' END)))"
+      "     AS p(x)"
       "   CROSS JOIN LATERAL (SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
-      "     WHERE j.worker_id = w.id AND j.state = 'running'"
-      "       AND j.running_xid = CASE WHEN p.x ~ '^[0-9]{1,19}$' THEN p.x::xid8 END OFFSET 0) j"
+      "     WHERE j.worker_id = {0} AND j.state = 'running'"
+      "       AND j.running_xid = CASE WHEN p.x ~ '^[0-9]{{1,19}}$' THEN p.x::xid8 END OFFSET 0) j"
       "   UNION"
-      "   SELECT j.* FROM jsonb_array_elements(CASE WHEN fl.f IS NOT NULL THEN fl.f -> 'i' END) AS i(e)"
+      "   SELECT j.* FROM unnest(ARRAY(SELECT jsonb_array_elements(CASE WHEN fl.f IS NOT NULL THEN fl.f -> 'i' END)))"
+      "     AS i(e)"
       "   CROSS JOIN LATERAL (SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
-      "     WHERE j.id = CASE WHEN jsonb_typeof(i.e) = 'number' AND i.e::text ~ '^[0-9]{1,18}$'"
+      "     WHERE j.id = CASE WHEN jsonb_typeof(i.e) = 'number' AND i.e::text ~ '^[0-9]{{1,18}}$'"
       "                  THEN i.e::text::int8 END"
-      "       AND j.worker_id = w.id AND (j.state = 'running') IS NOT FALSE OFFSET 0) j"
+      "       AND j.worker_id = {0} AND (j.state = 'running') IS NOT FALSE OFFSET 0) j"
       "   UNION ALL"
       "   SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
-      "   WHERE fl.f IS NULL AND j.worker_id = w.id AND j.state = 'running') r)";
+      "   WHERE fl.f IS NULL AND j.worker_id = {0} AND j.state = 'running') r)",
+      worker_id, floor);
+}
+
+const std::string& RunningJobsOfWorkersSql() {
+  static const std::string sql = "(SELECT r.queue, r.limit_key, r.worker_id FROM akadze.workers w"
+                                 " CROSS JOIN LATERAL " + RunningJobsOfWorkerSql("w.id", "w.running_floor") + " r)";
   return sql;
 }
 

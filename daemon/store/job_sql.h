@@ -100,6 +100,12 @@ std::string FirstInGapSql(std::string_view column, std::string_view where, std::
 // whose row the rescue removed, about to be requeued) is not among them.
 // For the counts of running jobs (status report, limits in use, workers).
 const std::string& RunningJobsOfWorkersSql();
+// One worker's running jobs as RunningJobsOfWorkersSql reads each: a
+// subquery of (id, queue, limit_key, worker_id) for the worker `worker_id`
+// (an SQL expression of type uuid) with the stored floor `stored_floor` (a
+// jsonb expression, e.g. its row's running_floor); a lateral subquery where
+// they name an outer row. Also the rescue's read of a dead worker's jobs.
+std::string RunningJobsOfWorkerSql(std::string_view worker_id, std::string_view stored_floor);
 
 // Settings local to a transaction whose statements each read a few rows of
 // akadze.jobs through an index (a claim, a finish): no table scan, hash or

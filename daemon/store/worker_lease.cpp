@@ -222,26 +222,30 @@ namespace {
 // a held horizon a live worker's entries are every job it ran since the
 // horizon was held, dead and kept; reading them all (an anti-join of every
 // running row to akadze.workers) took 115 ms and 16,000 buffers a round
-// after 9 minutes at 1,000 jobs/s, growing with the hold. What is read now
-// grows only with the jobs of workers that died during the hold, until a
-// round removes their rows (and records their stop), or that stopped with
-// jobs left running. Each candidate is then found by id through jobs_pkey (`IS NOT
+// after 9 minutes at 1,000 jobs/s, growing with the hold. A dead worker's
+// jobs are read past the running floor its last heartbeat stored (migration
+// 014: the ids its last reconcile found, its jobs made running since), its
+// entries whole only without one (a worker of an older akadzed, or one that
+// died before its first reconcile). What is read now grows only with the
+// jobs of workers that stopped with jobs left running. Each candidate is then found by id through jobs_pkey (`IS NOT
 // FALSE`: no partial index) and checked with the predicate above, under the
 // caller's lock; the caller's UPDATE finds its rows by id the same way
 // (spelled `state = 'running'`, a plan costed on live rows joined through
 // all of jobs_running_worker_idx instead).
-constexpr const char* kLostSql =
+const std::string& LostSql() {
+  static const std::string sql = std::string(
     "SELECT j.id, j.worker_id FROM akadze.jobs j LEFT JOIN akadze.workers w ON w.id = j.worker_id"
     "  WHERE j.id = ANY(ARRAY("
     // The bounds of the ranges: the registered workers (dead or not), and
     // the stopped ones without a row (akadze.worker_stops, read before:
     // $4-$7, ReadWorkerStops) whose floor is not past the transactions
     // there are (a hand-written row could be).
-    "    WITH ws AS MATERIALIZED (SELECT id, lead(id) OVER (ORDER BY id) AS next, dead, from_xid, points FROM ("
+    "    WITH ws AS MATERIALIZED (SELECT id, lead(id) OVER (ORDER BY id) AS next, dead, from_xid, points,"
+    "        running_floor FROM ("
     "      SELECT id, heartbeat_at < now() - $1::bigint * interval '1 microsecond' AS dead,"
-    "        NULL::xid8 AS from_xid, NULL::xid8[] AS points FROM akadze.workers"
+    "        NULL::xid8 AS from_xid, NULL::xid8[] AS points, running_floor FROM akadze.workers"
     "      UNION ALL SELECT s.id, NULL, s.from_xid,"
-    "        ARRAY(SELECT p.x FROM unnest($6::uuid[], $7::xid8[]) AS p(w, x) WHERE p.w = s.id)"
+    "        ARRAY(SELECT p.x FROM unnest($6::uuid[], $7::xid8[]) AS p(w, x) WHERE p.w = s.id), NULL::jsonb"
     "        FROM unnest($4::uuid[], $5::xid8[]) AS s(id, from_xid)"
     "        WHERE s.from_xid <= pg_snapshot_xmax(pg_current_snapshot())"
     "        AND NOT EXISTS (SELECT 1 FROM akadze.workers r WHERE r.id = s.id)) b)"
@@ -252,9 +256,12 @@ constexpr const char* kLostSql =
     "      (SELECT id FROM ws ORDER BY id DESC LIMIT 1) AS last) b CROSS JOIN LATERAL ("
     "      SELECT id FROM akadze.jobs WHERE state = 'running' AND worker_id < b.first"
     "      UNION ALL SELECT id FROM akadze.jobs WHERE state = 'running' AND worker_id > b.last OFFSET 0) x"
+    // A dead worker's jobs, past the running floor its last heartbeat
+    // stored (migration 014): its entries whole only without one.
+    "    UNION ALL SELECT d.id FROM (SELECT id, running_floor FROM ws WHERE dead) dw CROSS JOIN LATERAL ")
+    + RunningJobsOfWorkerSql("dw.id", "dw.running_floor") + " d"
     "    UNION ALL SELECT x.id FROM ws CROSS JOIN LATERAL ("
     "      SELECT id FROM akadze.jobs WHERE state = 'running' AND worker_id > ws.id AND worker_id < ws.next"
-    "      UNION ALL SELECT id FROM akadze.jobs WHERE ws.dead AND state = 'running' AND worker_id = ws.id"
     // A stopped worker's jobs made running since its stop: a range, and a
     // lookup per point (OFFSET 0: not flattened into a join that reads
     // the id's entries whole).
@@ -269,6 +276,8 @@ constexpr const char* kLostSql =
     "    AND (w.id IS NOT NULL AND w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
     "      OR w.id IS NULL AND (COALESCE(j.started_at, '-infinity') < now() - $1::bigint * interval '1 microsecond'"
     "        OR j.started_at > now() + $1::bigint * interval '1 microsecond'))";
+  return sql;
+}
 
 std::vector<RescuedJob> ToRescued(const pg::Result& rows, const char* error) {
   std::vector<RescuedJob> out;
@@ -279,7 +288,7 @@ std::vector<RescuedJob> ToRescued(const pg::Result& rows, const char* error) {
   return out;
 }
 
-// akadze.worker_stops as kLostSql's $4-$7: ids and floors, then a (id,
+// akadze.worker_stops as LostSql()'s $4-$7: ids and floors, then a (id,
 // point) pair per point.
 struct WorkerStops {
   std::vector<std::string> ids, from_xids, point_ids, points;
@@ -347,7 +356,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       NextStateSql("'retry'"), AppendErrorSql("j.errors", "'WorkerLost'",
                      "'worker ' || COALESCE(lost.worker_id::text, '(none)')"
                      " || ' stopped heartbeating for ' || ($1::bigint / 1000000) || 's'"),
-      kLostSql);
+      LostSql());
   // With hooks, the rescue and its hooks share a transaction; a job a hook
   // refuses stays running (its hook_failed is logged) and the others are
   // rescued without it.
@@ -380,7 +389,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       [&] {
         pg::Params params;
         params.add(ttl_us).add_array(refused).add(std::optional<std::string>());
-        pg::Result lost = conn.exec(std::string(kLostSql), AddStops(params, stops));
+        pg::Result lost = conn.exec(std::string(LostSql()), AddStops(params, stops));
         std::vector<Lost> each;
         for (int i = 0; i < lost.rows(); ++i) each.push_back({lost.int64(i, 0), std::nullopt});
         return each;
@@ -397,7 +406,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
             std::string("UPDATE akadze.jobs AS j SET state = 'failed', finished_at = now(), errors = ") +
                 AppendErrorSql("j.errors", "'Unprocessable'",
                                "'the rescue could not record this job (SQLSTATE ' || $8 || ')'") +
-                " FROM (" + kLostSql + " FOR UPDATE OF j SKIP LOCKED) lost"
+                " FROM (" + LostSql() + " FOR UPDATE OF j SKIP LOCKED) lost"
                 " WHERE j.id = lost.id AND (j.state = 'running') IS NOT FALSE"
                 " RETURNING j.id, COALESCE(lost.worker_id::text, ''), j.state, j.meta ->> 'traceparent'",
             [&] {
@@ -420,12 +429,13 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
   // The statement saw no job running under the workers it removes: their
   // stops are recorded with its snapshot (the rescue then reads only what
   // runs under them since).
+  // Its running jobs are read past its stored floor, as LostSql's.
   static const std::string kRemoveDead =
-      std::string("WITH gone AS (DELETE FROM akadze.workers WHERE id IN (SELECT w.id FROM akadze.workers w"
-                  "  WHERE w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
-                  "    AND NOT EXISTS (SELECT 1 FROM akadze.jobs j WHERE j.worker_id = w.id AND j.state = 'running')"
-                  "  FOR UPDATE SKIP LOCKED) RETURNING id)"
-                  " SELECT gone.id::text, ") + kFloorSnapshotSql + " FROM gone";
+      "WITH gone AS (DELETE FROM akadze.workers WHERE id IN (SELECT w.id FROM akadze.workers w"
+      "  WHERE w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'"
+      "    AND NOT EXISTS (SELECT 1 FROM " + RunningJobsOfWorkerSql("w.id", "w.running_floor") + " r)"
+      "  FOR UPDATE SKIP LOCKED) RETURNING id)"
+      " SELECT gone.id::text, " + std::string(kFloorSnapshotSql) + " FROM gone";
   pg::Result gone = conn.exec(kRemoveDead, pg::Params().add(ttl_us));
   if (gone.rows() > 0) {
     if (const std::optional<SnapshotXids> s = ParseSnapshot(gone.text(0, 1))) {

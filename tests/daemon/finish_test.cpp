@@ -674,6 +674,56 @@ TEST_CASE("under a held horizon the rescue reads no entry of a worker that stopp
   held.rollback();
 }
 
+// Issue 41, goal 2: a worker that dies during a held horizon with jobs
+// running leaves an entry in jobs_running_worker_idx for every job it ran.
+// Its last heartbeat stored its running floor (migration 014), so the
+// rescue rounds until its jobs are requeued, and the one that removes its
+// row, read its jobs past the floor: the ids its last reconcile found and
+// the jobs made running since, not its 3,000 dead entries (before: all of
+// them, each round, until its row went).
+TEST_CASE("under a held horizon the rescue reads a dead worker's jobs past its stored floor", "[lease][horizon]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection report = pg::Connection::Open(db);
+  pg::Connection stats = pg::Connection::Open(db);
+  RegisterWorker(conn, WorkerIdentity{RandomUuid(), "h", 1, {"default"}});  // alive
+  const WorkerIdentity died{RandomUuid(), "h", 2, {"default"}};
+  RegisterWorker(conn, died);
+  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+  held.exec("SELECT 1");
+  auto started = [&](int n) {
+    pg::Result r = conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
+                             " SELECT 't', 'running', 1, $1::uuid, now() - interval '1 minute'"
+                             " FROM generate_series(1, $2::int) RETURNING id",
+                             pg::Params().add(died.id).add(n));
+    std::set<std::int64_t> ids;
+    for (int i = 0; i < r.rows(); ++i) ids.insert(r.int64(i, 0));
+    return ids;
+  };
+  started(3000);
+  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN"
+            " (SELECT id FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE)");
+  std::set<std::int64_t> running = started(5);
+  OwnedJobsFloor floor;
+  REQUIRE(OwnedRunningJobs(conn, died.id, 0, &floor).size() == 5);
+  REQUIRE(Heartbeat(conn, died.id, std::nullopt, &floor));
+  for (std::int64_t id : started(3)) running.insert(id);  // after its last reconcile
+  conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1::uuid",
+            pg::Params().add(died.id));
+  conn.exec("ANALYZE akadze.jobs");
+  test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 3000; });
+  const std::int64_t before = test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx");
+  CHECK(RescuedIds(conn) == running);
+  CHECK(conn.exec("SELECT count(*) FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(died.id))
+            .int64(0, 0) == 0);  // removed in the same round, its stop recorded
+  CHECK(conn.exec("SELECT count(*) FROM akadze.worker_stops").int64(0, 0) == 1);
+  test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") >= 3008; });
+  // Its 3 entries made running after the floor (read by the rescue and by
+  // the removal), and at most a few more where the ranges begin.
+  CHECK(test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx") - before <= 16);
+  held.rollback();
+}
+
 // akadze.worker_stops only saves reads: a daemon whose role lacks its GRANT
 // (an upgrade that did not run the new GRANTs, docs/security.md) still
 // rescues, removes dead workers' rows and deregisters (found in review: the
