@@ -16,4 +16,10 @@ pg::Result ExecAsIndexLookups(pg::Connection& conn, std::string_view more_settin
   return std::move(tx.end_after(statements, true).back());
 }
 
+pg::Result ExecWithoutJit(pg::Connection& conn, std::string_view sql, const pg::Params& params) {
+  const pg::Params none;
+  const pg::PipelinedStatement statements[] = {{"SELECT set_config('jit', 'off', true)", &none}, {sql, &params, true}};
+  return std::move(conn.pipeline(statements).back());
+}
+
 }  // namespace akadzed

@@ -25,4 +25,11 @@ namespace akadzed {
 pg::Result ExecAsIndexLookups(pg::Connection& conn, std::string_view more_settings, std::string_view sql,
                               const pg::Params& params);
 
+// One statement (prepared, as Connection::exec's) with JIT off, the setting
+// pipelined before it: local to the caller's transaction, or to the
+// implicit one of the pipeline outside one. For statements whose plan over
+// many workers or keys costs past jit_above_cost while reading a few rows
+// (the rescue: 100 ms of compiling a round on a fresh table).
+pg::Result ExecWithoutJit(pg::Connection& conn, std::string_view sql, const pg::Params& params);
+
 }  // namespace akadzed

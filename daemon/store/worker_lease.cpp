@@ -371,7 +371,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       } else {
         params.add(std::optional<std::string>());
       }
-      return conn.exec(kSql, AddStops(params, stops));
+      return ExecWithoutJit(conn, kSql, AddStops(params, stops));
     });
   };
   // One row makes the statement fail for all: each lost job alone, and one
@@ -389,7 +389,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       [&] {
         pg::Params params;
         params.add(ttl_us).add_array(refused).add(std::optional<std::string>());
-        pg::Result lost = conn.exec(std::string(LostSql()), AddStops(params, stops));
+        pg::Result lost = ExecWithoutJit(conn, LostSql(), AddStops(params, stops));
         std::vector<Lost> each;
         for (int i = 0; i < lost.rows(); ++i) each.push_back({lost.int64(i, 0), std::nullopt});
         return each;
@@ -402,7 +402,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
         // Still lost (the same predicate, SKIP LOCKED): never a job that
         // was rescued and claimed again meanwhile. No hooks: the row
         // failed with them already.
-        pg::Result rows = conn.exec(
+        pg::Result rows = ExecWithoutJit(conn,
             std::string("UPDATE akadze.jobs AS j SET state = 'failed', finished_at = now(), errors = ") +
                 AppendErrorSql("j.errors", "'Unprocessable'",
                                "'the rescue could not record this job (SQLSTATE ' || $8 || ')'") +
@@ -436,7 +436,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
       "    AND NOT EXISTS (SELECT 1 FROM " + RunningJobsOfWorkerSql("w.id", "w.running_floor") + " r)"
       "  FOR UPDATE SKIP LOCKED) RETURNING id)"
       " SELECT gone.id::text, " + std::string(kFloorSnapshotSql) + " FROM gone";
-  pg::Result gone = conn.exec(kRemoveDead, pg::Params().add(ttl_us));
+  pg::Result gone = ExecWithoutJit(conn, kRemoveDead, pg::Params().add(ttl_us));
   if (gone.rows() > 0) {
     if (const std::optional<SnapshotXids> s = ParseSnapshot(gone.text(0, 1))) {
       std::vector<std::string> ids;
