@@ -83,15 +83,24 @@ std::string FirstInGapSql(std::string_view column, std::string_view where, std::
 
 std::string RunningJobsOfWorkerSql(std::string_view worker_id, std::string_view stored_floor) {
   // The floor, when usable: an object of version 1, of this worker and this
-  // server, with arrays of points and ids and a from_xid that transaction
-  // ids have not gone back past (CASEs: a cast is evaluated only after its
-  // check).
+  // server, with arrays of well-formed points and ids and a from_xid that
+  // transaction ids have not gone back past (CASEs: a cast or an array
+  // function is evaluated only after its check). The reads below cast the
+  // elements of a usable floor only.
   const std::string floor = fmt::format(
       "CASE WHEN jsonb_typeof({0}) = 'object' AND {0} -> 'v' = '1'::jsonb"
       " AND {0} ->> 'w' = {1}::text AND {0} ->> 's' = {2}"
       " AND jsonb_typeof({0} -> 'p') = 'array' AND jsonb_typeof({0} -> 'i') = 'array'"
       " AND ({0} ->> 'x') ~ '^[0-9]{{1,19}}$'"
-      " THEN CASE WHEN ({0} ->> 'x')::xid8 <= pg_snapshot_xmax(pg_current_snapshot()) THEN {0} END END",
+      // Every point and id well-formed too: a floor read without one of
+      // them would miss that job, and the rescue would never find it.
+      " THEN CASE WHEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements({0} -> 'p') AS p(e)"
+      "   WHERE jsonb_typeof(p.e) <> 'string' OR NOT (p.e #>> '{{}}') ~ '^[0-9]{{1,19}}$')"
+      " AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements({0} -> 'i') AS i(e)"
+      "   WHERE CASE WHEN jsonb_typeof(i.e) <> 'number' THEN true"
+      "   ELSE (i.e::text::numeric) <> trunc(i.e::text::numeric)"
+      "     OR (i.e::text::numeric) NOT BETWEEN -9223372036854775808 AND 9223372036854775807 END)"
+      " THEN CASE WHEN ({0} ->> 'x')::xid8 <= pg_snapshot_xmax(pg_current_snapshot()) THEN {0} END END END",
       stored_floor, worker_id, kServerStartedSql);
   // Three reads with a floor, each through one index (OFFSET 0 keeps the
   // lateral ones lookups per value): the range from from_xid and each point
@@ -111,13 +120,12 @@ std::string RunningJobsOfWorkerSql(std::string_view worker_id, std::string_view 
       "     AS p(x)"
       "   CROSS JOIN LATERAL (SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
       "     WHERE j.worker_id = {0} AND j.state = 'running'"
-      "       AND j.running_xid = CASE WHEN p.x ~ '^[0-9]{{1,19}}$' THEN p.x::xid8 END OFFSET 0) j"
+      "       AND j.running_xid = p.x::xid8 OFFSET 0) j"
       "   UNION"
       "   SELECT j.* FROM unnest(ARRAY(SELECT jsonb_array_elements(CASE WHEN fl.f IS NOT NULL THEN fl.f -> 'i' END)))"
       "     AS i(e)"
       "   CROSS JOIN LATERAL (SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"
-      "     WHERE j.id = CASE WHEN jsonb_typeof(i.e) = 'number' AND i.e::text ~ '^[0-9]{{1,18}}$'"
-      "                  THEN i.e::text::int8 END"
+      "     WHERE j.id = (i.e::text::numeric)::int8"
       "       AND j.worker_id = {0} AND (j.state = 'running') IS NOT FALSE OFFSET 0) j"
       "   UNION ALL"
       "   SELECT j.id, j.queue, j.limit_key, j.worker_id FROM akadze.jobs j"

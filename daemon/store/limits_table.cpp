@@ -133,12 +133,16 @@ std::vector<HeldLimitKey> ListHeldLimitKeys(pg::Connection& conn, std::size_t ma
   // ANALYZE) jobs_claim_idx and a sort cost the same, and that plan read
   // the queue's every entry for each probe (1 to 2 s a scrape with 1,000
   // limit rows, then the statement timeout). Local to the transaction (the
-  // pipeline's own, outside one), and restored after.
+  // pipeline's own, outside one), and set back to what it was after. Both
+  // callers run it with JIT off: the sort no plan avoids (the keys by count)
+  // costs it past jit_above_cost.
   const pg::Params none;
   const std::vector<pg::PipelinedStatement> statements = {
-      {"SELECT set_config('enable_sort', 'off', true)", &none},
+      {"SELECT set_config('akadzed.enable_sort_before', current_setting('enable_sort'), true),"
+       " set_config('enable_sort', 'off', true)",
+       &none},
       {CanReadTable(conn, "akadze.queue_floors") ? with_floors : without, &params},
-      {"SELECT set_config('enable_sort', 'on', true)", &none}};
+      {"SELECT set_config('enable_sort', current_setting('akadzed.enable_sort_before'), true)", &none}};
   const std::vector<pg::Result> results = conn.pipeline(statements);
   const pg::Result& r = results[1];
   std::vector<HeldLimitKey> keys;

@@ -224,9 +224,10 @@ namespace {
 // running row to akadze.workers) took 115 ms and 16,000 buffers a round
 // after 9 minutes at 1,000 jobs/s, growing with the hold. A dead worker's
 // jobs are read past the running floor its last heartbeat stored (migration
-// 014: the ids its last reconcile found, its jobs made running since), its
-// entries whole only without one (a worker of an older akadzed, or one that
-// died before its first reconcile). What is read now grows only with the
+// 014: the ids its last reconcile found, its jobs made running since from
+// the floor's from_xid on and at its points), its entries whole only
+// without a usable one (a worker of an older akadzed, one that died before
+// the heartbeat after its first reconcile, any after a server restart). What is read now grows only with the
 // jobs of workers that stopped with jobs left running. Each candidate is then found by id through jobs_pkey (`IS NOT
 // FALSE`: no partial index) and checked with the predicate above, under the
 // caller's lock; the caller's UPDATE finds its rows by id the same way
