@@ -12,6 +12,7 @@
 #include "claim/claim_transaction.h"
 #include "pg/connection.h"
 #include "pg/pg_error.h"
+#include "support/held_horizon.h"
 #include "support/index_stats.h"
 #include "support/test_cluster.h"
 #include "store/job_finish.h"
@@ -404,8 +405,7 @@ TEST_CASE("under a held horizon the rescue reads no entry of a live worker", "[l
   pg::Connection stats = pg::Connection::Open(db);
   WorkerIdentity alive{RandomUuid(), "h", 1, {"default"}};
   RegisterWorker(conn, alive);
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT 1");
+  test::HeldHorizon held(report);
   // 3,000 jobs the live worker ran and finished: dead entries, kept.
   conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
             " SELECT 't', 'running', 1, $1::uuid, now() FROM generate_series(1, 3000)",
@@ -427,7 +427,7 @@ TEST_CASE("under a held horizon the rescue reads no entry of a live worker", "[l
   test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 3001; });
   // The orphan's entry, and at most a few more where a range begins.
   CHECK(test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx") - before <= 3);
-  held.rollback();
+  held.release();
 }
 
 namespace {
@@ -522,8 +522,7 @@ TEST_CASE("under a held horizon a reconcile read with a floor reads only the rou
   pg::Connection report = pg::Connection::Open(db);
   pg::Connection stats = pg::Connection::Open(db);
   const std::string worker = RandomUuid();
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT 1");
+  test::HeldHorizon held(report);
   auto started = [&](int n) {
     conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
               " SELECT 't', 'running', 1, $1::uuid, now() FROM generate_series(1, $2::int)",
@@ -547,7 +546,7 @@ TEST_CASE("under a held horizon a reconcile read with a floor reads only the rou
   });
   // The 10 new entries, and at most a few more where the range begins.
   CHECK(test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx") - read_before <= 13);
-  held.rollback();
+  held.release();
 }
 
 std::set<std::int64_t> RescuedIds(pg::Connection& conn) {
@@ -641,8 +640,7 @@ TEST_CASE("under a held horizon the rescue reads no entry of a worker that stopp
   RegisterWorker(conn, WorkerIdentity{RandomUuid(), "h", 1, {"default"}});  // alive
   const WorkerIdentity stopped{RandomUuid(), "h", 2, {"default"}};
   const WorkerIdentity died{RandomUuid(), "h", 3, {"default"}};
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT 1");
+  test::HeldHorizon held(report);
   for (const WorkerIdentity& w : {stopped, died}) {
     RegisterWorker(conn, w);
     // 3,000 jobs each ran and finished: dead entries, kept.
@@ -671,7 +669,7 @@ TEST_CASE("under a held horizon the rescue reads no entry of a worker that stopp
   test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 6001; });
   // The orphan's entry, and at most a few more where the ranges begin.
   CHECK(test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx") - before <= 4);
-  held.rollback();
+  held.release();
 }
 
 // Issue 41, goal 2: a worker that dies during a held horizon with jobs
@@ -689,8 +687,7 @@ TEST_CASE("under a held horizon the rescue reads a dead worker's jobs past its s
   RegisterWorker(conn, WorkerIdentity{RandomUuid(), "h", 1, {"default"}});  // alive
   const WorkerIdentity died{RandomUuid(), "h", 2, {"default"}};
   RegisterWorker(conn, died);
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT 1");
+  test::HeldHorizon held(report);
   auto started = [&](int n) {
     pg::Result r = conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
                              " SELECT 't', 'running', 1, $1::uuid, now() - interval '1 minute'"
@@ -721,7 +718,7 @@ TEST_CASE("under a held horizon the rescue reads a dead worker's jobs past its s
   // Its 3 entries made running after the floor (read by the rescue and by
   // the removal), and at most a few more where the ranges begin.
   CHECK(test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx") - before <= 16);
-  held.rollback();
+  held.release();
 }
 
 // akadze.worker_stops only saves reads: a daemon whose role lacks its GRANT

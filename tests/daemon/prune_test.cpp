@@ -7,10 +7,10 @@
 #include <signal.h>
 
 #include "pg/connection.h"
-#include "pg/transaction.h"
 #include "store/prune.h"
-#include "support/index_stats.h"
 #include "support/daemon_process.h"
+#include "support/held_horizon.h"
+#include "support/index_stats.h"
 #include "support/test_cluster.h"
 #include "worker/pruner.h"
 
@@ -93,8 +93,7 @@ TEST_CASE("under a held horizon prune batches with the floor read each dead entr
   pg::Connection stats = pg::Connection::Open(db);
   conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) SELECT 't', 'succeeded',"
             " now() - interval '9 days' + g * interval '1 millisecond' FROM generate_series(1, 3000) g");
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT 1");
+  test::HeldHorizon held(report);
   const std::int64_t week = 7LL * 24 * 3600 * 1'000'000;
   PruneFloor floor;
   // The first batch, from the head (its plan may read every entry that is
@@ -108,7 +107,7 @@ TEST_CASE("under a held horizon prune batches with the floor read each dead entr
   // The next 29 batches: their own entries, and the last one deleted again
   // at each batch's start (from the head: every dead entry before, each).
   CHECK(test::IndexTuplesRead(stats, "akadze.jobs_finished_at_idx") - before <= 2900 + 30 * 3);
-  held.rollback();
+  held.release();
 }
 
 TEST_CASE("the daemon prunes finished jobs past the retention", "[prune][daemon]") {

@@ -16,6 +16,7 @@
 #include "pg/connection.h"
 #include "pg/transaction.h"
 #include "store/queued_sweep.h"
+#include "support/held_horizon.h"
 #include "support/index_stats.h"
 #include "support/test_cluster.h"
 
@@ -191,8 +192,7 @@ TEST_CASE("sweep: under a held horizon it reads no entry of the claim indexes", 
   pg::Connection conn = pg::Connection::Open(db);
   pg::Connection report = pg::Connection::Open(db);
   pg::Connection stats = pg::Connection::Open(db);
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT 1");
+  test::HeldHorizon held(report);
   // 3,000 queued jobs, then all finished by id: their queued versions are
   // dead, and their claim index entries stay.
   conn.exec("INSERT INTO akadze.jobs (task, queue, limit_key) SELECT 't', 'q', CASE WHEN g % 2 = 0 THEN 'k' END"
@@ -221,7 +221,7 @@ TEST_CASE("sweep: under a held horizon it reads no entry of the claim indexes", 
   std::int64_t claim_after = 0;
   for (const std::string& index : claim_indexes) claim_after += test::IndexTuplesRead(stats, index);
   CHECK(claim_after - claim_before == 0);
-  held.rollback();
+  held.release();
 }
 
 }  // namespace akadzed

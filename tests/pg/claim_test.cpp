@@ -20,6 +20,7 @@
 #include "claim/key_locks.h"
 #include "pg/transaction.h"
 #include "support/daemon_process.h"
+#include "support/held_horizon.h"
 #include "support/reference_claim.h"
 #include "support/test_cluster.h"
 
@@ -72,8 +73,7 @@ TEST_CASE("while a snapshot holds the horizon, a claim with its queue's floor st
   conn.exec("INSERT INTO akadze.jobs (task, queue, run_at) SELECT 't', 'q', now() - interval '1 hour' +"
             " g * interval '1 millisecond' FROM generate_series(1, 3000) g");
   // Another session holds the horizon: no dead version can be removed.
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT count(*) FROM akadze.jobs");
+  test::HeldHorizon held(report);
   ClaimFloor floor;
   ClaimRequest r;
   r.queue = "q";
@@ -105,7 +105,7 @@ TEST_CASE("while a snapshot holds the horizon, a claim with its queue's floor st
   CHECK(next.jobs.front().id == first_id);
   CHECK(next.rows_below_floor == 1);
   CHECK(next.dead_index_entries == 0);
-  held.rollback();
+  held.release();
 }
 
 // A queue's floor stored by one claimer (akadze.queue_floors, migration
@@ -118,18 +118,11 @@ TEST_CASE("a stored floor serves another process's claim past the dead entries",
   pg::Connection daemon = pg::Connection::Open(db);
   pg::Connection other = pg::Connection::Open(db);
   pg::Connection report = pg::Connection::Open(db);
-  daemon.exec("INSERT INTO akadze.jobs (task, queue, run_at, priority) SELECT 't', 'q', now() - interval '1 hour' +"
-              " g * interval '1 millisecond', g % 2 FROM generate_series(1, 3000) g");
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT count(*) FROM akadze.jobs");
-  ClaimFloor floor;
+  test::ClaimedPastTwoLevels held(daemon, report);
+  const ClaimFloor& floor = held.floor;
   ClaimRequest r;
   r.queue = "q";
   r.slots = 100;
-  r.floor = &floor;
-  for (int i = 0; i < 20; ++i) REQUIRE(RunClaim(daemon, r).jobs.size() == 100);
-  REQUIRE(floor.levels.size() == 2);
-  SaveQueueFloor(daemon, "q", floor);
   // Jobs that land below the stored floor after it was written: released
   // (in its priority's dead prefix) and new ones of a higher priority.
   const std::int64_t released =
@@ -178,7 +171,7 @@ TEST_CASE("a stored floor serves another process's claim past the dead entries",
     CHECK(LoadQueueFloor(other, "q").empty());
   }
   CHECK(LoadQueueFloor(other, "no such queue").empty());
-  held.rollback();
+  held.release();
 }
 
 // A running floor (docs/claim.md, "Running floors") recorded by a count in

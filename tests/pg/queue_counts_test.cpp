@@ -23,6 +23,7 @@
 #include "store/limits_table.h"
 #include "store/status_report.h"
 #include "store/worker_lease.h"
+#include "support/held_horizon.h"
 #include "support/test_cluster.h"
 
 namespace akadzed {
@@ -83,20 +84,10 @@ TEST_CASE("queued counts read past the stored floor and count what a whole count
   pg::Connection reader = pg::Connection::Open(db);
   pg::Connection report = pg::Connection::Open(db);
   // Two levels of ready jobs, and scheduled ones in both.
-  daemon.exec("INSERT INTO akadze.jobs (task, queue, run_at, priority) SELECT 't', 'q', now() - interval '1 hour' +"
-              " g * interval '1 millisecond', g % 2 FROM generate_series(1, 3000) g");
   daemon.exec("INSERT INTO akadze.jobs (task, queue, run_at, priority) SELECT 't', 'q', now() + interval '1 hour' +"
               " g * interval '1 second', g % 2 FROM generate_series(1, 40) g");
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT count(*) FROM akadze.jobs");
-  ClaimFloor floor;
-  ClaimRequest r;
-  r.queue = "q";
-  r.slots = 100;
-  r.floor = &floor;
-  for (int i = 0; i < 20; ++i) REQUIRE(RunClaim(daemon, r).jobs.size() == 100);
-  REQUIRE(floor.levels.size() == 2);
-  SaveQueueFloor(daemon, "q", floor);
+  test::ClaimedPastTwoLevels held(daemon, report);
+  const ClaimFloor& floor = held.floor;
 
   // Without a stored floor: from the heads, over the 2,000 claims' dead
   // entries.
@@ -163,7 +154,7 @@ TEST_CASE("queued counts read past the stored floor and count what a whole count
   const Counted elsewhere = CountInTransaction(reader, "q");
   CheckSame(elsewhere.count, Whole(reader, "q"));
   CHECK(elsewhere.dead >= 1900);
-  held.rollback();
+  held.release();
 }
 
 TEST_CASE("running counts read each worker past its stored running floor", "[queue_counts][running]") {
@@ -175,8 +166,7 @@ TEST_CASE("running counts read each worker past its stored running floor", "[que
   SetLimit(conn, LimitRow{"k", 100, std::nullopt, std::nullopt});
   conn.exec("INSERT INTO akadze.jobs (task, queue, limit_key) SELECT 't', 'q', CASE WHEN g % 2 = 0 THEN 'k' END"
             " FROM generate_series(1, 2020) g");
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT count(*) FROM akadze.jobs");
+  test::HeldHorizon held(report);
   // 2,000 jobs run and finish under the worker, 100 at a time, each batch
   // its own transaction: 2,000 dead entries of the worker's in
   // jobs_running_worker_idx that the held snapshot keeps.
@@ -250,7 +240,7 @@ TEST_CASE("running counts read each worker past its stored running floor", "[que
   conn.exec("UPDATE akadze.workers SET running_floor = jsonb_set(running_floor, '{i}',"
             " running_floor -> 'i' || '[-9223372036854775808, 9223372036854775807]'::jsonb)");
   CHECK(read() <= 10);
-  held.rollback();
+  held.release();
 }
 
 TEST_CASE("queue names and held keys are found between the known ones, never inside them",
@@ -266,8 +256,7 @@ TEST_CASE("queue names and held keys are found between the known ones, never ins
   conn.exec("INSERT INTO akadze.jobs (task, queue, limit_key) SELECT 't', 'm', 'kb' FROM generate_series(1, 2000)");
   conn.exec("INSERT INTO akadze.jobs (task, queue, limit_key) VALUES ('t', 'a', NULL), ('t', 'z', NULL),"
             " ('t', 'm', 'ka'), ('t', 'm', 'kc'), ('t', 'm', NULL)");
-  pg::Transaction held(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-  held.exec("SELECT count(*) FROM akadze.jobs");
+  test::HeldHorizon held(report);
   conn.exec("UPDATE akadze.jobs SET state = 'running', worker_id = $1::uuid WHERE limit_key = 'kb'",
             pg::Params().add(worker.id));
   conn.exec("UPDATE akadze.jobs SET state = 'queued', worker_id = NULL WHERE id ="
@@ -295,7 +284,7 @@ TEST_CASE("queue names and held keys are found between the known ones, never ins
   CHECK(held_keys == std::vector<std::string>{"ka", "kc"});
   CHECK(total == 2);
   CHECK(dead <= 10);
-  held.rollback();
+  held.release();
 }
 
 }  // namespace akadzed
