@@ -89,9 +89,13 @@
 #include <nlohmann/json.hpp>
 
 #include "faults/fault_scenario.h"
-#include "pg/connection.h"
-#include "store/queued_sweep.h"
 #include "claim/queue_counts.h"
+#include "pg/connection.h"
+#include "pg/transaction.h"
+#include "store/horizon.h"
+#include "store/job_admin.h"
+#include "store/limits_table.h"
+#include "store/queued_sweep.h"
 #include "store/status_report.h"
 #include "store/worker_lease.h"
 #include "support/daemon_process.h"
@@ -613,6 +617,34 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
     out["rescue (lost jobs, ttl 1 h)"] = TimeMs([&] { RescueLostJobs(probe, 3600LL * 1000000); });
     out["queued sweep"] = TimeMs([&] { SweepQueuedJobs(probe, 100); });
     out["status report"] = TimeMs([&] { ReadStatusReport(probe, CountQueuedJobs); });
+    // Its parts, each as the report runs it (read only, no JIT), to say
+    // which of them a hold slows.
+    const auto part = [&](const auto& read) {
+      return TimeMs([&] {
+        pg::Transaction tx(probe, "BEGIN READ ONLY");
+        tx.exec("SET LOCAL jit = off");
+        read();
+        tx.commit();
+      });
+    };
+    const StatusReportOptions report_options;
+    out["status report: queues (names, running, chart)"] = part([&] {
+      ReadQueueSection(probe, [](pg::Connection&, const std::vector<std::string>& queues, std::int64_t) {
+        return std::vector<QueuedCount>(queues.size());
+      }, report_options);
+    });
+    out["status report: queued counts past the stored floors"] = part([&] {
+      std::vector<std::string> queues;
+      for (const auto& r : runs) queues.push_back(r.v.name);
+      CountQueuedJobs(probe, queues, report_options.count_cap);
+    });
+    out["status report: limit rows in use"] = part([&] { ListLimitUse(probe); });
+    out["status report: held keys"] = part([&] {
+      std::int64_t total = 0;
+      ListHeldLimitKeys(probe, report_options.max_held_keys, &total, report_options.count_cap);
+    });
+    out["status report: workers"] = part([&] { ListWorkers(probe); });
+    out["status report: horizon"] = part([&] { ReadHorizon(probe); });
     out["akadzed status --json (process)"] = TimeMs(
         [&] {
           CommandResult s = RunAkadzed({"status", "--json", "--database-url", db});
