@@ -721,6 +721,47 @@ TEST_CASE("under a held horizon the rescue reads a dead worker's jobs past its s
   held.release();
 }
 
+// The rescue reads a dead worker past its stored floor with the reconcile's
+// three arms (RunningJobsOfWorkerSql): the ids its last reconcile found, the
+// range from from_xid, and the points, transactions in flight at the
+// floor's snapshot and older than the range's slack. Each job here can be
+// found by one arm only, so a rescue that misses any arm leaves one of them
+// running under a worker that is gone.
+TEST_CASE("a dead worker's rescue past its stored floor finds a job by each arm", "[lease][floor]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection slow = pg::Connection::Open(db);
+  RegisterWorker(conn, WorkerIdentity{RandomUuid(), "h", 1, {"default"}});  // alive
+  const WorkerIdentity died{RandomUuid(), "h", 2, {"default"}};
+  RegisterWorker(conn, died);
+  auto queued = [&] { return conn.exec("INSERT INTO akadze.jobs (task) VALUES ('t') RETURNING id").int64(0, 0); };
+  auto run = [&](pg::Connection& c, std::int64_t id) {
+    c.exec("UPDATE akadze.jobs SET state = 'running', worker_id = $2::uuid, run_count = run_count + 1,"
+           " started_at = now() - interval '1 minute' WHERE id = $1",
+           pg::Params().add(id).add(died.id));
+  };
+  const std::int64_t by_id = queued(), by_point = queued(), by_range = queued();
+  run(conn, by_id);  // running when its last reconcile read: one of the floor's ids
+  // In flight at the floor's snapshot, over kRunningRangeSlack ids before
+  // it: one of the floor's points.
+  slow.exec("BEGIN");
+  const std::uint64_t slow_xid = std::stoull(std::string(slow.exec("SELECT pg_current_xact_id()").text(0, 0)));
+  for (std::uint64_t i = 0; i <= kRunningRangeSlack; ++i) conn.exec("SELECT pg_current_xact_id()");
+  OwnedJobsFloor floor;
+  REQUIRE(OwnedIds(OwnedRunningJobs(conn, died.id, 0, &floor)) == std::set<std::int64_t>{by_id});
+  REQUIRE(std::count(floor.running.points.begin(), floor.running.points.end(), slow_xid) == 1);
+  REQUIRE(Heartbeat(conn, died.id, std::nullopt, &floor));  // its last: the floor is stored
+  run(slow, by_point);
+  slow.exec("COMMIT");
+  run(conn, by_range);  // after the floor's snapshot: in the range
+  conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1::uuid",
+            pg::Params().add(died.id));
+  CHECK(RescuedIds(conn) == std::set<std::int64_t>{by_id, by_point, by_range});
+  CHECK(conn.exec("SELECT count(*) FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE").int64(0, 0) == 0);
+  CHECK(conn.exec("SELECT count(*) FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(died.id))
+            .int64(0, 0) == 0);
+}
+
 // akadze.worker_stops only saves reads: a daemon whose role lacks its GRANT
 // (an upgrade that did not run the new GRANTs, docs/security.md) still
 // rescues, removes dead workers' rows and deregisters (found in review: the
