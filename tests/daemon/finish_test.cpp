@@ -555,6 +555,17 @@ std::set<std::int64_t> RescuedIds(pg::Connection& conn) {
   return ids;
 }
 
+// The worker's last heartbeat an hour ago: dead for RescuedIds' ttl.
+void StopHeartbeats(pg::Connection& conn, const std::string& worker_id) {
+  conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1::uuid",
+            pg::Params().add(worker_id));
+}
+
+std::int64_t WorkerRows(pg::Connection& conn, const std::string& worker_id) {
+  return conn.exec("SELECT count(*) FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(worker_id))
+      .int64(0, 0);
+}
+
 // A worker that stopped with nothing running under it is recorded in
 // akadze.worker_stops (migration 012), and the rescue reads, for its id,
 // only the jobs made running since (core/running_floor.h). Whoever makes
@@ -651,8 +662,7 @@ TEST_CASE("under a held horizon the rescue reads no entry of a worker that stopp
   conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN"
             " (SELECT id FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE)");
   DeregisterWorker(conn, stopped.id);
-  conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1::uuid",
-            pg::Params().add(died.id));
+  StopHeartbeats(conn, died.id);
   // The round that removes the dead worker's row reads its entries, once,
   // and records its stop.
   CHECK(RescuedIds(conn).empty());
@@ -705,14 +715,12 @@ TEST_CASE("under a held horizon the rescue reads a dead worker's jobs past its s
   REQUIRE(OwnedRunningJobs(conn, died.id, 0, &floor).size() == 5);
   REQUIRE(Heartbeat(conn, died.id, std::nullopt, &floor));
   for (std::int64_t id : started(3)) running.insert(id);  // after its last reconcile
-  conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1::uuid",
-            pg::Params().add(died.id));
+  StopHeartbeats(conn, died.id);
   conn.exec("ANALYZE akadze.jobs");
   test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 3000; });
   const std::int64_t before = test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx");
   CHECK(RescuedIds(conn) == running);
-  CHECK(conn.exec("SELECT count(*) FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(died.id))
-            .int64(0, 0) == 0);  // removed in the same round, its stop recorded
+  CHECK(WorkerRows(conn, died.id) == 0);  // removed in the same round, its stop recorded
   CHECK(conn.exec("SELECT count(*) FROM akadze.worker_stops").int64(0, 0) == 1);
   test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") >= 3008; });
   // Its 3 entries made running after the floor (read by the rescue and by
@@ -754,12 +762,10 @@ TEST_CASE("a dead worker's rescue past its stored floor finds a job by each arm"
   run(slow, by_point);
   slow.exec("COMMIT");
   run(conn, by_range);  // after the floor's snapshot: in the range
-  conn.exec("UPDATE akadze.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1::uuid",
-            pg::Params().add(died.id));
+  StopHeartbeats(conn, died.id);
   CHECK(RescuedIds(conn) == std::set<std::int64_t>{by_id, by_point, by_range});
   CHECK(conn.exec("SELECT count(*) FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE").int64(0, 0) == 0);
-  CHECK(conn.exec("SELECT count(*) FROM akadze.workers WHERE id = $1::uuid", pg::Params().add(died.id))
-            .int64(0, 0) == 0);
+  CHECK(WorkerRows(conn, died.id) == 0);
 }
 
 // akadze.worker_stops only saves reads: a daemon whose role lacks its GRANT
