@@ -24,7 +24,7 @@ std::string PastTimestampSql(std::string_view column) {
 std::string MicrosSince2000Sql(std::string_view column) {
   return fmt::format(
       "(CASE WHEN isfinite({0}) THEN (EXTRACT(EPOCH FROM {0} - '2000-01-01 00:00:00+00'::timestamptz) * 1000000)::int8"
-      " WHEN {0} > now() THEN 9223372036854775807::int8 ELSE (-9223372036854775807 - 1)::int8 END)",
+      " WHEN {0} > now() THEN 9223372036854775807::int8 WHEN {0} < now() THEN (-9223372036854775807 - 1)::int8 END)",
       column);
 }
 

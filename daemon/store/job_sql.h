@@ -145,8 +145,9 @@ std::string PastTimestampSql(std::string_view column);
 // rounds far from 2000, where from the interval since 2000 it is exact.
 // '-infinity' and 'infinity', which the schema accepts (docs/reliability.md,
 // "Extreme values"), are INT64_MIN and INT64_MAX, as PostgreSQL stores
-// them: they keep their order. For the claim's run_at positions and the
-// pruning floor.
+// them: they keep their order. NULL stays NULL (a pruning batch that
+// deleted nothing has no floor to give). For the claim's run_at positions
+// and the pruning floor.
 std::string MicrosSince2000Sql(std::string_view column);
 // The exact timestamptz MicrosSince2000Sql made the int8 `param` (an SQL
 // expression) from.

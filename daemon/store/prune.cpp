@@ -3,6 +3,7 @@
 #include "pg/params.h"
 #include "pg/result.h"
 #include "store/job_sql.h"
+#include "store/lookup_plans.h"
 
 namespace akadzed {
 
@@ -18,6 +19,24 @@ std::string PruneJobsSql(bool from_floor) {
          (from_floor ? " AND finished_at >= " + TimestampFromMicrosSql("$3") : std::string()) +
          "  ORDER BY finished_at LIMIT $2::int FOR UPDATE SKIP LOCKED) RETURNING finished_at)"
          " SELECT count(*), " + MicrosSince2000Sql("max(finished_at)") + " FROM gone";
+}
+
+// Start marks no window counts: older than the longest starts_window and a
+// minute (an hour at least), oldest first and from the floor ($2) when
+// `from_floor`, and as far in the future (no claim writes those: the
+// index's other end), at most $1 in all, the old ones first. Returns how
+// many went, and the latest started_at of the old ones (the next floor).
+std::string PruneMarksSql(bool from_floor) {
+  const std::string keep =
+      "(SELECT greatest((SELECT max(starts_window) FROM akadze.limits) + interval '1 minute', interval '1 hour'))";
+  return "WITH gone AS (DELETE FROM akadze.limit_starts WHERE ctid = ANY((ARRAY("
+         "  SELECT ctid FROM akadze.limit_starts WHERE started_at < now() - " + keep +
+         (from_floor ? " AND started_at >= " + TimestampFromMicrosSql("$2") : std::string()) +
+         "  ORDER BY started_at LIMIT $1::int FOR UPDATE SKIP LOCKED) || ARRAY("
+         "  SELECT ctid FROM akadze.limit_starts WHERE started_at > now() + " + keep +
+         "  ORDER BY started_at DESC LIMIT $1::int FOR UPDATE SKIP LOCKED))[1:$1::int]) RETURNING started_at)"
+         " SELECT count(*), " + MicrosSince2000Sql("max(started_at) FILTER (WHERE started_at < now())") +
+         " FROM gone";
 }
 
 }  // namespace
@@ -45,14 +64,23 @@ PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batc
   // past the longest window, as the claim's own purge does (a claim that
   // began up to a minute ago counts from its own now()). A mark as far in
   // the future was not written by a claim (each writes its now()) and would
-  // count as a start for ever: it goes too.
-  counts.start_marks = conn.exec(
-      "DELETE FROM akadze.limit_starts WHERE ctid = ANY(ARRAY(SELECT ctid FROM akadze.limit_starts,"
-      "  (SELECT greatest((SELECT max(starts_window) FROM akadze.limits) + interval '1 minute',"
-      "                   interval '1 hour') AS keep) k"
-      "  WHERE started_at < now() - k.keep OR started_at > now() + k.keep"
-      "  LIMIT $1::int FOR UPDATE OF limit_starts SKIP LOCKED))",
-      pg::Params().add(batch)).affected();
+  // count as a start for ever: it goes too. Both ends are read from
+  // limit_starts_started_at_idx (migration 015), the old one oldest first
+  // from the floor ($3) when there is one.
+  static const std::string kMarksFromHead = PruneMarksSql(false);
+  static const std::string kMarksFromFloor = PruneMarksSql(true);
+  const bool marks_from_floor = floor != nullptr && floor->started_at_us.has_value();
+  pg::Params mark_params;
+  mark_params.add(batch);
+  if (marks_from_floor) mark_params.add(*floor->started_at_us);
+  // As index lookups, without bitmaps or sorts: a range of the index whose
+  // bound is computed (the longest window) is costed as a few rows, and a
+  // bitmap of it, sorted, read the whole range each batch.
+  const pg::Result marks =
+      ExecAsIndexLookups(conn, ", set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)",
+                         marks_from_floor ? kMarksFromFloor : kMarksFromHead, mark_params);
+  counts.start_marks = marks.int64(0, 0);
+  if (floor != nullptr && !marks.is_null(0, 1)) floor->started_at_us = marks.int64(0, 1);
   return counts;
 }
 

@@ -74,12 +74,48 @@ TEST_CASE("a prune batch with a floor reads from it; a job behind it goes once t
   conn.exec("INSERT INTO akadze.jobs (task, state, finished_at) VALUES ('t', 'cancelled', now() - interval '10 days')");
   CHECK(PruneBatch(conn, week, 100, &floor).jobs == 6);
   CHECK(*floor.finished_at_us > after_four);
+  // A batch that deletes nothing leaves the floor where it was.
+  const std::int64_t kept = *floor.finished_at_us;
   CHECK(PruneBatch(conn, week, 100, &floor).jobs == 0);
+  REQUIRE(floor.finished_at_us);
+  CHECK(*floor.finished_at_us == kept);
   CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 1);
   // Without the floor (as the pruner every 10 minutes), it goes.
   PruneFloor fresh;
   CHECK(PruneBatch(conn, week, 100, &fresh).jobs == 1);
   CHECK(test::Count(conn, "SELECT count(*) FROM akadze.jobs") == 0);
+}
+
+// The same floor for start marks: old ones oldest first from the latest
+// started_at the batches before deleted, future ones from the index's other
+// end, at most a batch in all.
+TEST_CASE("prune batches read start marks from their floor; a mark behind it goes once the floor is dropped",
+          "[prune][floor]") {
+  pg::Connection conn = pg::Connection::Open(test::FreshDatabase());
+  const std::int64_t week = 7LL * 24 * 3600 * 1'000'000;
+  conn.exec("INSERT INTO akadze.limit_starts (key, started_at) SELECT 'k' || g % 3,"
+            " now() - interval '3 hours' + g * interval '1 second' FROM generate_series(1, 10) g");
+  conn.exec("INSERT INTO akadze.limit_starts (key, started_at) VALUES ('k', '-infinity'), ('k', 'infinity'),"
+            " ('k', now() - interval '5 minutes')");
+  PruneFloor floor;
+  PruneCounts first = PruneBatch(conn, week, 4, &floor);
+  CHECK(first.start_marks == 4);  // -infinity and three old ones: the old end first
+  REQUIRE(floor.started_at_us);
+  const std::int64_t after_four = *floor.started_at_us;
+  CHECK(after_four > std::numeric_limits<std::int64_t>::min());
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts WHERE started_at = 'infinity'") == 1);
+  // Written now with a started_at older than the floor.
+  conn.exec("INSERT INTO akadze.limit_starts (key, started_at) VALUES ('k', now() - interval '4 hours')");
+  CHECK(PruneBatch(conn, week, 100, &floor).start_marks == 8);  // seven old ones and infinity
+  CHECK(*floor.started_at_us > after_four);
+  const std::int64_t kept = *floor.started_at_us;
+  CHECK(PruneBatch(conn, week, 100, &floor).start_marks == 0);
+  CHECK(*floor.started_at_us == kept);
+  // Left: the recent mark and the one behind the floor.
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 2);
+  PruneFloor fresh;
+  CHECK(PruneBatch(conn, week, 100, &fresh).start_marks == 1);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 1);
 }
 
 // Issue 41, goal 2: while another session holds the horizon back, every
@@ -107,6 +143,48 @@ TEST_CASE("under a held horizon prune batches with the floor read each dead entr
   // The next 29 batches: their own entries, and the last one deleted again
   // at each batch's start (from the head: every dead entry before, each).
   CHECK(test::IndexTuplesRead(stats, "akadze.jobs_finished_at_idx") - before <= 2900 + 30 * 3);
+  held.release();
+}
+
+// Issue 41, goal 2: the claims purge each key's marks once its window has
+// passed; while another session holds the horizon back, every one stays,
+// dead. Pruning read the table whole each round (no index began with the
+// time): every mark the claims purged since the hold began. It now reads
+// only the marks no window counts (migration 015), and with the floor past
+// those it deleted.
+TEST_CASE("under a held horizon pruning reads none of the start marks the claims purged", "[prune][horizon]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection report = pg::Connection::Open(db);
+  pg::Connection stats = pg::Connection::Open(db);
+  const std::int64_t week = 7LL * 24 * 3600 * 1'000'000;
+  conn.exec("INSERT INTO akadze.limits (key, max_running, max_starts, starts_window)"
+            " VALUES ('k', 4, 10, interval '1 second')");
+  // 3,000 marks purged under the hold (their window passed ten minutes
+  // ago), and 3,000 older than any window that pruning deletes.
+  conn.exec("INSERT INTO akadze.limit_starts (key, started_at) SELECT 'k' || g % 100,"
+            " now() - interval '10 minutes' - g * interval '1 millisecond' FROM generate_series(1, 3000) g");
+  conn.exec("INSERT INTO akadze.limit_starts (key, started_at) SELECT 'k' || g % 100,"
+            " now() - interval '2 hours' - g * interval '1 millisecond' FROM generate_series(1, 3000) g");
+  test::HeldHorizon held(report);
+  conn.exec("DELETE FROM akadze.limit_starts WHERE started_at > now() - interval '1 hour'");
+  test::AwaitStatistics(conn, [&] { return test::TableRowsDeleted(stats, "akadze.limit_starts") == 3000; });
+  const std::int64_t seq_read = test::TableRowsSeqRead(stats, "akadze.limit_starts");
+  const std::int64_t by_key = test::IndexTuplesRead(stats, "akadze.limit_starts_key_started_at_idx");
+  const std::int64_t scans = test::Scans(stats, "akadze.limit_starts_started_at_idx");
+  const std::int64_t read = test::IndexTuplesRead(stats, "akadze.limit_starts_started_at_idx");
+  PruneFloor floor;
+  int batches = 0;
+  for (std::int64_t n = -1; n != 0; ++batches) n = PruneBatch(conn, week, 100, &floor).start_marks;
+  CHECK(batches == 31);
+  test::AwaitStatistics(conn, [&] { return test::TableRowsDeleted(stats, "akadze.limit_starts") == 6000; });
+  CHECK(test::Scans(stats, "akadze.limit_starts_started_at_idx") - scans == 2 * 31);
+  CHECK(test::TableRowsSeqRead(stats, "akadze.limit_starts") == seq_read);
+  CHECK(test::IndexTuplesRead(stats, "akadze.limit_starts_key_started_at_idx") == by_key);
+  // Each batch: its own 100, the last one deleted again at its start (the
+  // floor is inclusive), the entries at the young end's edge.
+  CHECK(test::IndexTuplesRead(stats, "akadze.limit_starts_started_at_idx") - read <= 3000 + 31 * 3);
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 0);
   held.release();
 }
 

@@ -17,6 +17,8 @@
 //            akadze.limits row (max_running 4, at most 10 starts per second;
 //            neither binds at 1 job per key per second: the planner's
 //            per-key reads are what is measured, not the limits' waits)
+//   ordered_keys  the same keys in mode ordered (with `keys` at once, the
+//            two share the 1,000 limits rows and their caps)
 //
 // Figures per variant, fresh and at the end of the hold:
 //   - warm claim: the median of the warm runs of `akadzed claim --queue Q
@@ -33,8 +35,8 @@
 //   - printed only: the daemon's own mean claim time over the window (its
 //     akadzed_claim_duration_seconds histogram), and the time of the other
 //     statements a long-running daemon runs (heartbeat, reconcile and rescue
-//     by worker id, the queued sweep, the status report, `akadzed status`,
-//     a /metrics scrape with its database gauges).
+//     by worker id, the queued sweep, a pruning batch, the status report,
+//     `akadzed status`, a /metrics scrape with its database gauges).
 // Every 10 s it prints a progress line: the backlog, each daemon's claim
 // time, the table's dead row versions (pg_stat_user_tables) and the claim
 // indexes' entries read per claimed job (pg_stat_user_indexes), which is
@@ -95,6 +97,7 @@
 #include "store/horizon.h"
 #include "store/job_admin.h"
 #include "store/limits_table.h"
+#include "store/prune.h"
 #include "store/queued_sweep.h"
 #include "store/status_report.h"
 #include "store/worker_lease.h"
@@ -427,12 +430,13 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   REQUIRE(rate % kTicksPerSecond == 0);  // rate / 20 jobs a call
   const std::map<std::string, Variant> known{{"fair", Variant{"fair", "fair", false}},
                                              {"ordered", Variant{"ordered", "ordered", false}},
-                                             {"keys", Variant{"keys", "fair", true}}};
+                                             {"keys", Variant{"keys", "fair", true}},
+                                             {"ordered_keys", Variant{"ordered_keys", "ordered", true}}};
   std::vector<VariantRun> runs;
   {
     std::istringstream names(EnvText("AKADZED_ENDURANCE_VARIANTS", "fair,ordered"));
     for (std::string name; std::getline(names, name, ',');) {
-      INFO("AKADZED_ENDURANCE_VARIANTS: unknown variant '" << name << "' (fair, ordered, keys)");
+      INFO("AKADZED_ENDURANCE_VARIANTS: unknown variant '" << name << "' (fair, ordered, keys, ordered_keys)");
       REQUIRE(known.count(name) == 1);
       runs.emplace_back();
       runs.back().v = known.at(name);
@@ -616,6 +620,12 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   auto measure_shared = [&](std::map<std::string, double>& out) {
     out["rescue (lost jobs, ttl 1 h)"] = TimeMs([&] { RescueLostJobs(probe, 3600LL * 1000000); });
     out["queued sweep"] = TimeMs([&] { SweepQueuedJobs(probe, 100); });
+    // The daemons prune nothing (pruning is off): a batch with a week's
+    // retention finds no finished job old enough, and with the keys no
+    // start mark past every window; what it reads to find that out is what
+    // a hold can grow (start marks: every one the claims purged).
+    out["pruning batch (retention 7 days: nothing to delete)"] =
+        TimeMs([&] { PruneBatch(probe, 7LL * 24 * 3600 * 1'000'000, 1000); });
     out["status report"] = TimeMs([&] { ReadStatusReport(probe, CountQueuedJobs); });
     // Its parts, each as the report runs it (read only, no JIT), to say
     // which of them a hold slows.

@@ -17,6 +17,16 @@ namespace akadzed::test {
 // Index tuples read from `index` (a regclass name) so far.
 std::int64_t IndexTuplesRead(pg::Connection& stats, const std::string& index);
 
+// Scans of `relation` so far: sequential ones of a table, index scans of
+// an index.
+std::int64_t Scans(pg::Connection& stats, const std::string& relation);
+
+// Rows that sequential scans of `table` read so far.
+std::int64_t TableRowsSeqRead(pg::Connection& stats, const std::string& table);
+
+// Table rows deleted from `table` so far.
+std::int64_t TableRowsDeleted(pg::Connection& stats, const std::string& table);
+
 // Table rows updated in `table` so far.
 std::int64_t TableRowsUpdated(pg::Connection& stats, const std::string& table);
 
