@@ -79,16 +79,17 @@ std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& 
 // of `worker_id`.
 std::optional<std::string> StoredRunningFloorJson(const OwnedJobsFloor& floor, const std::string& worker_id);
 
-// Records that the workers `worker_ids` stopped with no job running under
-// them as of the snapshot `floor` was taken from (akadze.worker_stops,
-// migration 012): the rescue then reads only their jobs made running since,
-// not every job they ran (which a held MVCC horizon keeps). A stop already
-// recorded is kept.
+// Records that the workers `worker_ids` stopped with only the jobs
+// `floor.ids` running under them as of the snapshot `floor` was taken from
+// (akadze.worker_stops, migrations 012 and 016): the rescue then reads only
+// those, by id, and their jobs made running since, not every job they ran
+// (which a held MVCC horizon keeps). A stop already recorded is kept.
 void RecordWorkerStops(pg::Connection& conn, const std::vector<std::string>& worker_ids, const RunningFloor& floor);
 
 // Deletes the worker's row (clean shutdown, after its jobs were released),
-// and records its stop when no job runs under it: read with `floor` (the
-// lease keeper's last reconcile floor), or whole without one.
+// and records its stop with the jobs still running under it (those its
+// shutdown could not release: the rescue's after the ttl): read with
+// `floor` (the lease keeper's last reconcile floor), or whole without one.
 void DeregisterWorker(pg::Connection& conn, const std::string& worker_id, OwnedJobsFloor* floor = nullptr);
 
 // The jobs the database says this worker runs now in `queue`, except

@@ -1,0 +1,15 @@
+-- akadzed 016_worker_stop_running_ids: a worker that stopped with jobs
+-- still running keeps its stop too.
+--
+-- A stop (012) said that no job ran under the worker as of its snapshot,
+-- so a daemon that deregistered with jobs left running (its shutdown could
+-- not release them: a lost connection, a handler that would not stop)
+-- recorded none, and every rescue round of every daemon read the range of
+-- jobs_running_worker_idx its id lies in whole: every job it ran while a
+-- held MVCC horizon keeps them (1.8 million after 30 minutes at 1,000
+-- jobs/s), until the horizon moved on. The ids of the jobs the stopping
+-- read found running are kept here beside its snapshot: every job running
+-- under the worker now is one of them or was made running since, as a
+-- running floor says (core/running_floor.h). Read by id; an empty array is
+-- the stop of 012.
+ALTER TABLE akadze.worker_stops ADD COLUMN running_ids int8[] NOT NULL DEFAULT '{}';
