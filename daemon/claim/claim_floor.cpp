@@ -119,13 +119,61 @@ void MergeBelowFloor(const WindowRead& read, std::span<const ReadyRow> below, st
 std::string StoredFloorJson(const ClaimFloor& floor) {
   nlohmann::json levels = nlohmann::json::array();
   for (const IndexPosition& p : floor.levels) levels.push_back({p.priority, p.run_at_us, p.id});
+  nlohmann::json running = nlohmann::json::object();
+  for (const auto& [key, f] : floor.running) {
+    if (running.size() == kMaxStoredRunningFloorKeys) break;
+    if (f.points.size() > kMaxPinned || f.ids.size() > kMaxPinned) continue;
+    running[key] = {f.from_xid, f.points, f.ids};
+  }
   return nlohmann::json{{"v", 1},
                         {"levels", levels},
                         {"pinned", floor.pinned},
                         {"snapshot", floor.snapshot},
-                        {"server", floor.server_started}}
+                        {"server", floor.server_started},
+                        {"running", running}}
       .dump();
 }
+
+namespace {
+
+// The "running" member StoredFloorJson wrote, or nothing when it is missing
+// or any part of it is not what StoredFloorJson writes.
+RunningFloors StoredRunningFloors(const nlohmann::json& j) {
+  const auto running = j.find("running");
+  if (running == j.end() || !running->is_object() || running->size() > kMaxStoredRunningFloorKeys) return {};
+  auto xid = [](const nlohmann::json& v) -> std::optional<std::uint64_t> {
+    if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+    if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return static_cast<std::uint64_t>(v.get<std::int64_t>());
+    return std::nullopt;
+  };
+  RunningFloors floors;
+  for (const auto& [key, f] : running->items()) {
+    if (!f.is_array() || f.size() != 3 || !f[1].is_array() || !f[2].is_array() || f[1].size() > kMaxPinned ||
+        f[2].size() > kMaxPinned) {
+      return {};
+    }
+    RunningFloor floor;
+    const std::optional<std::uint64_t> from = xid(f[0]);
+    if (!from) return {};
+    floor.from_xid = *from;
+    for (const nlohmann::json& p : f[1]) {
+      const std::optional<std::uint64_t> x = xid(p);
+      if (!x) return {};
+      floor.points.push_back(*x);
+    }
+    for (const nlohmann::json& id : f[2]) {
+      if (!id.is_number_integer() || (id.is_number_unsigned() && id.get<std::uint64_t>() >
+                                          static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))) {
+        return {};
+      }
+      floor.ids.push_back(id.get<std::int64_t>());
+    }
+    floors.emplace(key, std::move(floor));
+  }
+  return floors;
+}
+
+}  // namespace
 
 std::optional<ClaimFloor> StoredFloorFromJson(std::string_view text) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -179,6 +227,7 @@ std::optional<ClaimFloor> StoredFloorFromJson(std::string_view text) {
   floor.snapshot = snapshot->get<std::string>();
   floor.server_started = server->get<std::string>();
   if (!ParseSnapshot(floor.snapshot) || floor.server_started.empty()) return std::nullopt;
+  floor.running = StoredRunningFloors(j);
   return floor;
 }
 

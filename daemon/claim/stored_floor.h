@@ -25,20 +25,24 @@
 
 namespace akadzed {
 
-// Writes `floor` (its levels, pinned rows, snapshot and server; not its
-// running floors) as `queue`'s. Nothing for an empty floor. One statement,
-// autocommit.
+// Writes `floor` (its levels, pinned rows, snapshot and server, and the
+// running floors of at most kMaxStoredRunningFloorKeys keys: claim_floor.h)
+// as `queue`'s. Nothing for an empty floor. One statement, autocommit.
 void SaveQueueFloor(pg::Connection& conn, const std::string& queue, const ClaimFloor& floor);
 
-// `queue`'s stored floor, or an empty one when there is none or it is not
-// one SaveQueueFloor wrote.
+// `queue`'s stored floor with its running floors, or an empty one when
+// there is none or it is not one SaveQueueFloor wrote.
 ClaimFloor LoadQueueFloor(pg::Connection& conn, const std::string& queue);
 // The stored floors of `queues` that SaveQueueFloor wrote, by queue, those
 // written within `max_age` only (nullopt: any); one statement. An old floor
 // is still true, but a read past it also reads every row queued since it
 // was written (its snapshot does not see them): a count, read again and
-// again, takes only recent ones (queue_counts.h).
+// again, takes only recent ones (queue_counts.h). Their running floors only
+// `with_running` (a count has no use for them), and none of a floor whose
+// running floors name a transaction id not yet assigned (a hand-written
+// row: they would hide the jobs made running from it on).
 std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const std::vector<std::string>& queues,
-                                                  std::optional<std::chrono::microseconds> max_age);
+                                                  std::optional<std::chrono::microseconds> max_age,
+                                                  bool with_running = false);
 
 }  // namespace akadzed

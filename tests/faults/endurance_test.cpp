@@ -35,7 +35,7 @@
 //   - printed only: the daemon's own mean claim time over the window (its
 //     akadzed_claim_duration_seconds histogram), and the time of the other
 //     statements a long-running daemon runs (heartbeat, reconcile and rescue
-//     by worker id, the queued sweep, a pruning batch, the status report,
+//     by worker id, the queued sweep, a finish, a pruning batch, the status report,
 //     `akadzed status`, a /metrics scrape with its database gauges).
 // Every 10 s it prints a progress line: the backlog, each daemon's claim
 // time, the table's dead row versions (pg_stat_user_tables) and the claim
@@ -94,8 +94,10 @@
 #include "claim/queue_counts.h"
 #include "pg/connection.h"
 #include "pg/transaction.h"
+#include "core/uuid.h"
 #include "store/horizon.h"
 #include "store/job_admin.h"
+#include "store/job_finish.h"
 #include "store/limits_table.h"
 #include "store/prune.h"
 #include "store/queued_sweep.h"
@@ -148,6 +150,13 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 double Median(std::vector<double> v) { return Percentile(std::move(v), 50); }
+// The median of timings, or NAN when one of them failed (TimeMs).
+double MedianMs(std::vector<double> v) {
+  for (double x : v) {
+    if (std::isnan(x)) return NAN;
+  }
+  return Median(std::move(v));
+}
 
 // The TCP ports process `pid` listens on: its sockets' inodes (/proc/<pid>/fd)
 // matched against /proc/net/tcp's listening entries. The daemon's metrics
@@ -606,11 +615,17 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
     f.statements_ms["heartbeat"] = TimeMs([&] { Heartbeat(probe, r.worker_id); });
     f.statements_ms["reconcile, a whole read (no floor: a daemon's first round)"] =
         TimeMs([&] { OwnedRunningJobs(probe, r.worker_id); });
-    // A scrape that reads the database gauges: 1.1 s after the last one (the
-    // gauges' cache period is what is waited out).
-    std::this_thread::sleep_until(LastScrape()[r.port] + 1100ms);
-    f.statements_ms["/metrics scrape (database gauges)"] = TimeMs([&] { HttpGet(r.port, "/metrics"); }, 1);
-    LastScrape()[r.port] = Clock::now();
+    // Scrapes that read the database gauges: each 1.1 s after the last one
+    // (the gauges' cache period is what is waited out); the median of three.
+    {
+      std::vector<double> ms;
+      for (int i = 0; i < 3; ++i) {
+        std::this_thread::sleep_until(LastScrape()[r.port] + 1100ms);
+        ms.push_back(TimeMs([&] { HttpGet(r.port, "/metrics"); }, 1));
+        LastScrape()[r.port] = Clock::now();
+      }
+      f.statements_ms["/metrics scrape (database gauges), median of 3"] = MedianMs(ms);
+    }
     INFO("reconcile floor taken " << SecondsSince(floor_taken) << " s before its read");
     f.statements_ms["reconcile with the floor of a read a few seconds before (a heartbeat round's)"] =
         TimeMs([&] { OwnedRunningJobs(probe, r.worker_id, 0, &floor); }, 1);
@@ -620,6 +635,28 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   auto measure_shared = [&](std::map<std::string, double>& out) {
     out["rescue (lost jobs, ttl 1 h)"] = TimeMs([&] { RescueLostJobs(probe, 3600LL * 1000000); });
     out["queued sweep"] = TimeMs([&] { SweepQueuedJobs(probe, 100); });
+    // A finish as a daemon's finisher sends it: a job of a queue nobody
+    // serves, made running under a worker id of the test's, written
+    // succeeded (each of five: written, then timed alone).
+    {
+      const std::string finisher = RandomUuid();
+      std::vector<double> ms;
+      for (int i = 0; i < 5; ++i) {
+        const std::int64_t id =
+            probe.exec("INSERT INTO akadze.jobs (task, queue, state, run_count, worker_id, started_at)"
+                       " VALUES ('noop', 'endurance finish probe', 'running', 1, $1::uuid, now()) RETURNING id",
+                       pg::Params().add(finisher))
+                .int64(0, 0);
+        FinishRequest request;
+        request.job_id = id;
+        request.run_count = 1;
+        ms.push_back(TimeMs([&] {
+          const std::vector<FinishResult> done = FinishJobs(probe, finisher, {request});
+          if (done.size() != 1 || !done[0].applied) throw std::runtime_error("the probe's finish was not applied");
+        }, 1));
+      }
+      out["finish (one job, by id)"] = MedianMs(ms);
+    }
     // The daemons prune nothing (pruning is off): a batch with a week's
     // retention finds no finished job old enough, and with the keys no
     // start mark past every window; what it reads to find that out is what

@@ -162,13 +162,50 @@ TEST_CASE("claim floor: a stored floor round-trips its levels, pinned rows, snap
   f.snapshot = "100:105:101,104";
   f.server_started = "2026-12-07 04:00:00.1+00";
   f.running["k"] = RunningFloor{100, {}, {1, 2}};
+  f.running["\"quoted\" key"] = RunningFloor{std::numeric_limits<std::uint64_t>::max(), {101, 104},
+                                               {std::numeric_limits<std::int64_t>::min()}};
   const std::optional<ClaimFloor> back = StoredFloorFromJson(StoredFloorJson(f));
   REQUIRE(back);
   CHECK(back->levels == f.levels);
   CHECK(back->pinned == f.pinned);
   CHECK(back->snapshot == f.snapshot);
   CHECK(back->server_started == f.server_started);
-  CHECK(back->running.empty());  // not stored: a key's first count reads it whole
+  REQUIRE(back->running.size() == 2);
+  for (const auto& [key, floor] : f.running) {
+    INFO(key);
+    REQUIRE(back->running.contains(key));
+    CHECK(back->running.at(key).from_xid == floor.from_xid);
+    CHECK(back->running.at(key).points == floor.points);
+    CHECK(back->running.at(key).ids == floor.ids);
+  }
+  // At most kMaxStoredRunningFloorKeys keys are stored; a key with more
+  // ids than kMaxPinned is not (its first count reads it whole).
+  ClaimFloor many_keys = f;
+  many_keys.running.clear();
+  for (std::size_t i = 0; i < kMaxStoredRunningFloorKeys + 5; ++i) {
+    many_keys.running["k" + std::to_string(i)] = RunningFloor{1, {}, {}};
+  }
+  CHECK(StoredFloorFromJson(StoredFloorJson(many_keys))->running.size() == kMaxStoredRunningFloorKeys);
+  ClaimFloor big = f;
+  big.running["k"].ids.assign(kMaxPinned + 1, 7);
+  CHECK(StoredFloorFromJson(StoredFloorJson(big))->running.size() == 1);
+  // Running floors that are not what StoredFloorJson writes are dropped, all
+  // of them; the floor is kept. A row of an older akadzed has none.
+  const std::string levels = R"({"v": 1, "levels": [[1, 2, 3]], "pinned": [], "snapshot": "1:2:", "server": "s")";
+  CHECK(StoredFloorFromJson(levels + "}")->running.empty());
+  CHECK(StoredFloorFromJson(levels + R"(, "running": {"a": [5, [6], [7]]}})")->running.size() == 1);
+  for (const std::string& bad : {std::string(R"([])"), std::string(R"({"a": [5, [6]]})"),
+                                 std::string(R"({"a": [-5, [], []]})"), std::string(R"({"a": ["5", [], []]})"),
+                                 std::string(R"({"a": [5, [-1], []]})"), std::string(R"({"a": [5, [], [1.5]]})"),
+                                 std::string(R"({"a": [5, [], [9223372036854775808]]})"),
+                                 std::string(R"({"a": [5, [], [1]], "b": null})"),
+                                 std::string(R"({"a": [18446744073709551616, [], []]})")}) {
+    INFO(bad);
+    const std::optional<ClaimFloor> got = StoredFloorFromJson(levels + R"(, "running": )" + bad + "}");
+    REQUIRE(got);
+    CHECK(got->levels.size() == 1);
+    CHECK(got->running.empty());
+  }
   const std::string ok = R"("pinned": [], "snapshot": "1:2:", "server": "s"})";
   CHECK(StoredFloorFromJson(R"({"v": 1, "levels": [[1, 2, 3]], )" + ok));
   CHECK(StoredFloorFromJson(R"({"v": 1, "levels": [[1, 9223371331199999999, 3]], )" + ok));
