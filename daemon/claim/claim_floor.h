@@ -90,9 +90,10 @@ struct ClaimFloor {
   // with synchronous_commit off keeps pg_postmaster_start_time() and hands
   // their ids out again). Not stored (claim/stored_floor.h).
   std::uint64_t connection = 0;
-  // The limit keys' running floors, each for its own count's snapshot (all
-  // no earlier than S, on the same server). They are kept with an empty
-  // `levels` too, and then S is still set.
+  // The limit keys' running floors, each for its own count's snapshot
+  // (earlier or later than S: a key not counted again keeps an older one),
+  // all on the same server. They are kept with an empty `levels` too, and
+  // then S is still set.
   RunningFloors running;
 
   bool empty() const { return levels.empty(); }

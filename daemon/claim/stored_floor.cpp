@@ -23,7 +23,7 @@ std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const st
   std::optional<std::int64_t> age_us;
   if (max_age) age_us = max_age->count();
   pg::Result r = conn.exec(
-      "SELECT queue, CASE WHEN $3 THEN floor ELSE floor - 'running' END::text,"
+      "SELECT queue, CASE WHEN $3 OR jsonb_typeof(floor) <> 'object' THEN floor ELSE floor - 'running' END::text,"
       " pg_snapshot_xmax(pg_current_snapshot())::text FROM akadze.queue_floors WHERE queue = ANY($1::text[])"
       " AND ($2::int8 IS NULL OR set_at >= now() - $2::int8 * interval '1 microsecond')",
       pg::Params().add_array(queues).add(age_us).add(with_running));

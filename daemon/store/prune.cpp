@@ -25,17 +25,23 @@ std::string PruneJobsSql(bool from_floor) {
 // minute (an hour at least), oldest first and from the floor ($2) when
 // `from_floor`, and as far in the future (no claim writes those: the
 // index's other end), at most $1 in all, the old ones first. Returns how
-// many went, and the latest started_at of the old ones (the next floor).
+// many went, the latest started_at of the old ones, whether the old end
+// had fewer than $1 left to lock (so every mark before the bound that no
+// other transaction held went), and that bound: the next floor.
 std::string PruneMarksSql(bool from_floor) {
-  const std::string keep =
-      "(SELECT greatest((SELECT max(starts_window) FROM akadze.limits) + interval '1 minute', interval '1 hour'))";
-  return "WITH gone AS (DELETE FROM akadze.limit_starts WHERE ctid = ANY((ARRAY("
-         "  SELECT ctid FROM akadze.limit_starts WHERE started_at < now() - " + keep +
+  return "WITH k AS MATERIALIZED (SELECT now() - keep AS old_before, now() + keep AS future_after FROM (SELECT"
+         "   greatest((SELECT max(starts_window) FROM akadze.limits) + interval '1 minute', interval '1 hour') AS keep) x),"
+         " old AS MATERIALIZED (SELECT ARRAY(SELECT ctid FROM akadze.limit_starts"
+         "   WHERE started_at < (SELECT old_before FROM k)" +
          (from_floor ? " AND started_at >= " + TimestampFromMicrosSql("$2") : std::string()) +
-         "  ORDER BY started_at LIMIT $1::int FOR UPDATE SKIP LOCKED) || ARRAY("
-         "  SELECT ctid FROM akadze.limit_starts WHERE started_at > now() + " + keep +
-         "  ORDER BY started_at DESC LIMIT $1::int FOR UPDATE SKIP LOCKED))[1:$1::int]) RETURNING started_at)"
-         " SELECT count(*), " + MicrosSince2000Sql("max(started_at) FILTER (WHERE started_at < now())") +
+         "   ORDER BY started_at LIMIT $1::int FOR UPDATE SKIP LOCKED) AS c),"
+         " future AS MATERIALIZED (SELECT ARRAY(SELECT ctid FROM akadze.limit_starts"
+         "   WHERE started_at > (SELECT future_after FROM k)"
+         "   ORDER BY started_at DESC LIMIT $1::int FOR UPDATE SKIP LOCKED) AS c),"
+         " gone AS (DELETE FROM akadze.limit_starts WHERE ctid = ANY((SELECT (old.c || future.c)[1:$1::int]"
+         "   FROM old, future)::tid[]) RETURNING started_at)"
+         " SELECT count(*), " + MicrosSince2000Sql("max(started_at) FILTER (WHERE started_at < now())") + ","
+         "  (SELECT cardinality(c) FROM old) < $1::int, " + MicrosSince2000Sql("(SELECT old_before FROM k)") +
          " FROM gone";
 }
 
@@ -66,7 +72,10 @@ PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batc
   // the future was not written by a claim (each writes its now()) and would
   // count as a start for ever: it goes too. Both ends are read from
   // limit_starts_started_at_idx (migration 015), the old one oldest first
-  // from the floor ($3) when there is one.
+  // from the floor when there is one. Once the old end is done, the floor
+  // is its bound: while a horizon is held, the marks the claims purged stay
+  // in the index, dead, and age past the bound too (a hold longer than the
+  // hour); the batches of later rounds start past them.
   static const std::string kMarksFromHead = PruneMarksSql(false);
   static const std::string kMarksFromFloor = PruneMarksSql(true);
   const bool marks_from_floor = floor != nullptr && floor->started_at_us.has_value();
@@ -80,7 +89,13 @@ PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batc
       ExecAsIndexLookups(conn, ", set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)",
                          marks_from_floor ? kMarksFromFloor : kMarksFromHead, mark_params);
   counts.start_marks = marks.int64(0, 0);
-  if (floor != nullptr && !marks.is_null(0, 1)) floor->started_at_us = marks.int64(0, 1);
+  if (floor != nullptr) {
+    if (marks.boolean(0, 2)) {
+      floor->started_at_us = marks.int64(0, 3);
+    } else if (!marks.is_null(0, 1)) {
+      floor->started_at_us = marks.int64(0, 1);
+    }
+  }
   return counts;
 }
 

@@ -28,7 +28,8 @@ struct PruneCounts {
 // index keeps at its head an entry for every row deleted since, dead: a
 // batch read from the head stepped over all of them, each batch of each
 // round (start marks: every mark the claims purged, once the hold is older
-// than the marks' hour). A row behind the floor that no batch deleted
+// than the marks' hour, which the floor passes once the batches are done:
+// PruneBatch). A row behind the floor that no batch deleted
 // (locked by another transaction when its batch ran, or written later with
 // an older time) waits until a batch reads from the head again (the pruner
 // drops its floor every 10 minutes: worker/pruner.h).
@@ -40,7 +41,9 @@ struct PruneFloor {
 // Deletes at most `batch` rows of each kind. A count equal to `batch` means
 // more may be left. With `floor`, finished jobs and start marks are read
 // from it, and it moves to the latest finished_at and started_at the batch
-// deleted.
+// deleted; for start marks, once fewer than a batch were left before the
+// bound of the marks no window counts, to that bound (the marks the claims
+// purged during a hold lie before it, dead).
 PruneCounts PruneBatch(pg::Connection& conn, std::int64_t retention_us, int batch, PruneFloor* floor = nullptr);
 
 }  // namespace akadzed

@@ -54,9 +54,18 @@ void RecordWorkerStops(pg::Connection& conn, const std::vector<std::string>& wor
   const std::vector<std::string> points = XidTexts(floor.points);
   // A stop already recorded stays: it is as true as this one. Stops older
   // than a day go.
-  conn.exec("WITH pruned AS (DELETE FROM akadze.worker_stops WHERE stopped_at < now() - interval '1 day')"
-            " INSERT INTO akadze.worker_stops (id, from_xid, points, running_ids)"
-            " SELECT id, $2::xid8, $3::xid8[], $4::int8[] FROM unnest($1::uuid[]) AS u(id)"
+  // Jobs still running under them (floor.ids) were made running before the
+  // floor's snapshot: the stop's from_xid goes back to the earliest of their
+  // running_xid, so that the range every akadzed's rescue reads for a stop
+  // (this one's and older ones', which know no other column) finds them. A
+  // job running without a running_xid could not be found so: no stop.
+  conn.exec("WITH pruned AS (DELETE FROM akadze.worker_stops WHERE stopped_at < now() - interval '1 day'),"
+            " left_running AS (SELECT running_xid FROM akadze.jobs"
+            "   WHERE id = ANY($4::int8[]) AND (state = 'running') IS TRUE)"
+            " INSERT INTO akadze.worker_stops (id, from_xid, points)"
+            " SELECT id, LEAST($2::xid8, (SELECT min(running_xid) FROM left_running)), $3::xid8[]"
+            " FROM unnest($1::uuid[]) AS u(id)"
+            " WHERE NOT EXISTS (SELECT 1 FROM left_running WHERE running_xid IS NULL)"
             " ON CONFLICT (id) DO NOTHING",
             pg::Params().add_array(worker_ids).add(std::to_string(floor.from_xid)).add_array(points).add_array(
                 floor.ids));
@@ -65,8 +74,8 @@ void RecordWorkerStops(pg::Connection& conn, const std::vector<std::string>& wor
 void DeregisterWorker(pg::Connection& conn, const std::string& worker_id, OwnedJobsFloor* floor) {
   OwnedJobsFloor own;
   if (floor == nullptr) floor = &own;
-  // Its stop is recorded with the jobs still running under it (the
-  // rescue's, after the ttl: migration 016).
+  // Its stop is recorded with the jobs still running under it too (the
+  // rescue's, after the ttl): from the earliest of their running_xid.
   OwnedRunningJobs(conn, worker_id, 0, floor);
   if (floor->worker_id == worker_id) {
     // Only saves the rescue reads: the row goes even when the stop cannot be
@@ -221,8 +230,8 @@ namespace {
 // of live workers: the jobs without a worker, the ranges between the
 // registered worker ids (ids with no row), and the dead workers' own; of a
 // worker whose stop is recorded (akadze.worker_stops), only its jobs made
-// running since (migration 012) and those its stopping read found running
-// (016). Under
+// running from the stop's from_xid on (migration 012; a stop with jobs left
+// running starts at the earliest of theirs). Under
 // a held horizon a live worker's entries are every job it ran since the
 // horizon was held, dead and kept; reading them all (an anti-join of every
 // running row to akadze.workers) took 115 ms and 16,000 buffers a round
@@ -233,7 +242,8 @@ namespace {
 // without a usable one (a worker of an older akadzed, one that died before
 // the heartbeat after its first reconcile, any after a server restart). What is read now grows only with the
 // jobs of workers that stopped without a stop recorded (one that could not
-// write it: its role lacks the GRANT; an akadze worker). Each candidate is then found by id through jobs_pkey (`IS NOT
+// write it: its role lacks the GRANT; an akadze worker), and with those a
+// stopped worker ran after the earliest job it left running. Each candidate is then found by id through jobs_pkey (`IS NOT
 // FALSE`: no partial index) and checked with the predicate above, under the
 // caller's lock; the caller's UPDATE finds its rows by id the same way
 // (spelled `state = 'running'`, a plan costed on live rows joined through
@@ -247,13 +257,11 @@ const std::string& LostSql() {
     // $4-$7, ReadWorkerStops) whose floor is not past the transactions
     // there are (a hand-written row could be).
     "    WITH ws AS MATERIALIZED (SELECT id, lead(id) OVER (ORDER BY id) AS next, dead, from_xid, points,"
-    "        running_floor, running_ids FROM ("
+    "        running_floor FROM ("
     "      SELECT id, heartbeat_at < now() - $1::bigint * interval '1 microsecond' AS dead,"
-    "        NULL::xid8 AS from_xid, NULL::xid8[] AS points, running_floor, NULL::int8[] AS running_ids"
-    "        FROM akadze.workers"
+    "        NULL::xid8 AS from_xid, NULL::xid8[] AS points, running_floor FROM akadze.workers"
     "      UNION ALL SELECT s.id, NULL, s.from_xid,"
-    "        ARRAY(SELECT p.x FROM unnest($6::uuid[], $7::xid8[]) AS p(w, x) WHERE p.w = s.id), NULL::jsonb,"
-    "        ARRAY(SELECT p.j FROM unnest($8::uuid[], $9::int8[]) AS p(w, j) WHERE p.w = s.id)"
+    "        ARRAY(SELECT p.x FROM unnest($6::uuid[], $7::xid8[]) AS p(w, x) WHERE p.w = s.id), NULL::jsonb"
     "        FROM unnest($4::uuid[], $5::xid8[]) AS s(id, from_xid)"
     "        WHERE s.from_xid <= pg_snapshot_xmax(pg_current_snapshot())"
     "        AND NOT EXISTS (SELECT 1 FROM akadze.workers r WHERE r.id = s.id)) b)"
@@ -278,9 +286,6 @@ const std::string& LostSql() {
     "      UNION ALL SELECT y.id FROM unnest(ws.points) AS p(x) CROSS JOIN LATERAL"
     "        (SELECT id FROM akadze.jobs WHERE state = 'running' AND worker_id = ws.id"
     "         AND running_xid = p.x OFFSET 0) y"
-    // And the jobs its stopping read found running (migration 016), each
-    // checked by id below.
-    "      UNION ALL SELECT unnest(ws.running_ids)"
     "      OFFSET 0) x))"
     "    AND (j.state = 'running') IS NOT FALSE AND j.id <> ALL($2::int8[])"
     "    AND ($3::int8[] IS NULL OR j.id = ANY($3::int8[]))"
@@ -299,11 +304,10 @@ std::vector<RescuedJob> ToRescued(const pg::Result& rows, const char* error) {
   return out;
 }
 
-// akadze.worker_stops as LostSql()'s $4-$9: ids and floors, a (id, point)
-// pair per point, then an (id, job id) pair per job running at the stop.
+// akadze.worker_stops as LostSql()'s $4-$7: ids and floors, then a (id,
+// point) pair per point.
 struct WorkerStops {
-  std::vector<std::string> ids, from_xids, point_ids, points, running_of;
-  std::vector<std::int64_t> running_ids;
+  std::vector<std::string> ids, from_xids, point_ids, points;
 };
 
 // Nothing when the role may not read the table (its GRANT is missing,
@@ -313,10 +317,8 @@ WorkerStops ReadWorkerStops(pg::Connection& conn) {
   WorkerStops stops;
   try {
     const pg::Result r = conn.exec(
-        "SELECT s.id::text, s.from_xid::text, p.x::text, NULL::int8 FROM akadze.worker_stops s"
-        " LEFT JOIN LATERAL unnest(s.points) AS p(x) ON true"
-        " UNION ALL SELECT s.id::text, s.from_xid::text, NULL, r.j FROM akadze.worker_stops s"
-        " CROSS JOIN LATERAL unnest(s.running_ids) AS r(j) ORDER BY 1");
+        "SELECT s.id::text, s.from_xid::text, p.x::text FROM akadze.worker_stops s"
+        " LEFT JOIN LATERAL unnest(s.points) AS p(x) ON true ORDER BY s.id");
     for (int i = 0; i < r.rows(); ++i) {
       std::string id(r.text(i, 0));
       if (stops.ids.empty() || stops.ids.back() != id) {
@@ -327,10 +329,6 @@ WorkerStops ReadWorkerStops(pg::Connection& conn) {
         stops.point_ids.push_back(id);
         stops.points.emplace_back(r.text(i, 2));
       }
-      if (!r.is_null(i, 3)) {
-        stops.running_of.push_back(id);
-        stops.running_ids.push_back(r.int64(i, 3));
-      }
     }
   } catch (const pg::SqlError& e) {
     if (e.sqlstate() != "42501") throw;
@@ -339,12 +337,7 @@ WorkerStops ReadWorkerStops(pg::Connection& conn) {
 }
 
 pg::Params& AddStops(pg::Params& params, const WorkerStops& stops) {
-  return params.add_array(stops.ids)
-      .add_array(stops.from_xids)
-      .add_array(stops.point_ids)
-      .add_array(stops.points)
-      .add_array(stops.running_of)
-      .add_array(stops.running_ids);
+  return params.add_array(stops.ids).add_array(stops.from_xids).add_array(stops.point_ids).add_array(stops.points);
 }
 
 }  // namespace
@@ -428,7 +421,7 @@ std::vector<RescuedJob> RescueLostJobs(pg::Connection& conn, std::int64_t ttl_us
         pg::Result rows = ExecWithoutJit(conn,
             std::string("UPDATE akadze.jobs AS j SET state = 'failed', finished_at = now(), errors = ") +
                 AppendErrorSql("j.errors", "'Unprocessable'",
-                               "'the rescue could not record this job (SQLSTATE ' || $10 || ')'") +
+                               "'the rescue could not record this job (SQLSTATE ' || $8 || ')'") +
                 " FROM (" + LostSql() + " FOR UPDATE OF j SKIP LOCKED) lost"
                 " WHERE j.id = lost.id AND (j.state = 'running') IS NOT FALSE"
                 " RETURNING j.id, COALESCE(lost.worker_id::text, ''), j.state, j.meta ->> 'traceparent'",

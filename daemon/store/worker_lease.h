@@ -81,9 +81,12 @@ std::optional<std::string> StoredRunningFloorJson(const OwnedJobsFloor& floor, c
 
 // Records that the workers `worker_ids` stopped with only the jobs
 // `floor.ids` running under them as of the snapshot `floor` was taken from
-// (akadze.worker_stops, migrations 012 and 016): the rescue then reads only
-// those, by id, and their jobs made running since, not every job they ran
-// (which a held MVCC horizon keeps). A stop already recorded is kept.
+// (akadze.worker_stops, migration 012): the rescue then reads only their
+// jobs made running from the stop's from_xid on (the floor's, or the
+// earliest running_xid of those jobs if older), not every job they ran
+// (which a held MVCC horizon keeps). No stop when one of those jobs has no
+// running_xid (the range would not find it). A stop already recorded is
+// kept.
 void RecordWorkerStops(pg::Connection& conn, const std::vector<std::string>& worker_ids, const RunningFloor& floor);
 
 // Deletes the worker's row (clean shutdown, after its jobs were released),

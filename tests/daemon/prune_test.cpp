@@ -108,9 +108,13 @@ TEST_CASE("prune batches read start marks from their floor; a mark behind it goe
   conn.exec("INSERT INTO akadze.limit_starts (key, started_at) VALUES ('k', now() - interval '4 hours')");
   CHECK(PruneBatch(conn, week, 100, &floor).start_marks == 8);  // seven old ones and infinity
   CHECK(*floor.started_at_us > after_four);
+  // Fewer than a batch were left: the floor is the bound of the marks no
+  // window counts (an hour ago), and moves with it.
   const std::int64_t kept = *floor.started_at_us;
+  CHECK(conn.exec("SELECT $1::int8 >= (EXTRACT(EPOCH FROM now() - interval '61 minutes' - '2000-01-01 00:00:00+00'"
+                  "::timestamptz) * 1000000)::int8", pg::Params().add(kept)).boolean(0, 0));
   CHECK(PruneBatch(conn, week, 100, &floor).start_marks == 0);
-  CHECK(*floor.started_at_us == kept);
+  CHECK(*floor.started_at_us >= kept);
   // Left: the recent mark and the one behind the floor.
   CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 2);
   PruneFloor fresh;
@@ -150,9 +154,11 @@ TEST_CASE("under a held horizon prune batches with the floor read each dead entr
 // passed; while another session holds the horizon back, every one stays,
 // dead. Pruning read the table whole each round (no index began with the
 // time): every mark the claims purged since the hold began. It now reads
-// only the marks no window counts (migration 015), and with the floor past
-// those it deleted.
-TEST_CASE("under a held horizon pruning reads none of the start marks the claims purged", "[prune][horizon]") {
+// only the marks no window counts (migration 015), from the floor past
+// those it deleted, and once they are done from their bound: the marks
+// purged during a hold longer than the hour lie before it, and a later
+// round steps over none of them.
+TEST_CASE("under a held horizon pruning reads the start marks the claims purged once at most", "[prune][horizon]") {
   const std::string db = test::FreshDatabase();
   pg::Connection conn = pg::Connection::Open(db);
   pg::Connection report = pg::Connection::Open(db);
@@ -160,15 +166,19 @@ TEST_CASE("under a held horizon pruning reads none of the start marks the claims
   const std::int64_t week = 7LL * 24 * 3600 * 1'000'000;
   conn.exec("INSERT INTO akadze.limits (key, max_running, max_starts, starts_window)"
             " VALUES ('k', 4, 10, interval '1 second')");
-  // 3,000 marks purged under the hold (their window passed ten minutes
-  // ago), and 3,000 older than any window that pruning deletes.
+  // Purged under the hold: 3,000 whose window passed ten minutes ago, and
+  // 3,000 three hours ago (a hold of more than the hour). Then 3,000 older
+  // than any window that pruning deletes.
   conn.exec("INSERT INTO akadze.limit_starts (key, started_at) SELECT 'k' || g % 100,"
             " now() - interval '10 minutes' - g * interval '1 millisecond' FROM generate_series(1, 3000) g");
   conn.exec("INSERT INTO akadze.limit_starts (key, started_at) SELECT 'k' || g % 100,"
+            " now() - interval '3 hours' - g * interval '1 millisecond' FROM generate_series(1, 3000) g");
+  conn.exec("INSERT INTO akadze.limit_starts (key, started_at) SELECT 'k' || g % 100,"
             " now() - interval '2 hours' - g * interval '1 millisecond' FROM generate_series(1, 3000) g");
   test::HeldHorizon held(report);
-  conn.exec("DELETE FROM akadze.limit_starts WHERE started_at > now() - interval '1 hour'");
-  test::AwaitStatistics(conn, [&] { return test::TableRowsDeleted(stats, "akadze.limit_starts") == 3000; });
+  conn.exec("DELETE FROM akadze.limit_starts WHERE started_at > now() - interval '1 hour'"
+            " OR started_at < now() - interval '150 minutes'");
+  test::AwaitStatistics(conn, [&] { return test::TableRowsDeleted(stats, "akadze.limit_starts") == 6000; });
   const std::int64_t seq_read = test::TableRowsSeqRead(stats, "akadze.limit_starts");
   const std::int64_t by_key = test::IndexTuplesRead(stats, "akadze.limit_starts_key_started_at_idx");
   const std::int64_t scans = test::Scans(stats, "akadze.limit_starts_started_at_idx");
@@ -177,14 +187,25 @@ TEST_CASE("under a held horizon pruning reads none of the start marks the claims
   int batches = 0;
   for (std::int64_t n = -1; n != 0; ++batches) n = PruneBatch(conn, week, 100, &floor).start_marks;
   CHECK(batches == 31);
-  test::AwaitStatistics(conn, [&] { return test::TableRowsDeleted(stats, "akadze.limit_starts") == 6000; });
+  test::AwaitStatistics(conn, [&] { return test::TableRowsDeleted(stats, "akadze.limit_starts") == 9000; });
   CHECK(test::Scans(stats, "akadze.limit_starts_started_at_idx") - scans == 2 * 31);
   CHECK(test::TableRowsSeqRead(stats, "akadze.limit_starts") == seq_read);
   CHECK(test::IndexTuplesRead(stats, "akadze.limit_starts_key_started_at_idx") == by_key);
-  // Each batch: its own 100, the last one deleted again at its start (the
-  // floor is inclusive), the entries at the young end's edge.
-  CHECK(test::IndexTuplesRead(stats, "akadze.limit_starts_started_at_idx") - read <= 3000 + 31 * 3);
+  // The first batch steps over the 3,000 purged three hours ago, once; each
+  // batch reads its own 100 and the last one deleted again at its start
+  // (the floor is inclusive), and the entries at the young end's edge.
+  CHECK(test::IndexTuplesRead(stats, "akadze.limit_starts_started_at_idx") - read <= 6000 + 31 * 3);
   CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 0);
+  // The old end is done: the floor is its bound, past every dead entry.
+  REQUIRE(floor.started_at_us);
+  CHECK(conn.exec("SELECT $1::int8 >= (EXTRACT(EPOCH FROM now() - interval '61 minutes' - '2000-01-01 00:00:00+00'"
+                  "::timestamptz) * 1000000)::int8", pg::Params().add(*floor.started_at_us)).boolean(0, 0));
+  // The next round reads none of them.
+  const std::int64_t next_read = test::IndexTuplesRead(stats, "akadze.limit_starts_started_at_idx");
+  const std::int64_t next_scans = test::Scans(stats, "akadze.limit_starts_started_at_idx");
+  CHECK(PruneBatch(conn, week, 100, &floor).start_marks == 0);
+  test::AwaitStatistics(conn, [&] { return test::Scans(stats, "akadze.limit_starts_started_at_idx") >= next_scans + 2; });
+  CHECK(test::IndexTuplesRead(stats, "akadze.limit_starts_started_at_idx") - next_read <= 3);
   held.release();
 }
 

@@ -182,8 +182,10 @@ TEST_CASE("a stored floor serves another process's claim past the dead entries",
 // under 1,000 keys went 11 -> 30 ms over a 30-minute hold. What it plans is
 // what a count from the key's first entry plans, including a job made
 // running under the key after the floor was stored.
+// [direct]: the reads are the server's statistics of each backend, which
+// PgBouncer's pooling would mix.
 TEST_CASE("a stored floor's running floors serve another process's first count of a key",
-          "[claim][floor][limits]") {
+          "[claim][floor][limits][direct]") {
   const std::string db = test::FreshDatabase();
   pg::Connection daemon = pg::Connection::Open(db);
   pg::Connection other = pg::Connection::Open(db);

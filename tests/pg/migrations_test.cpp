@@ -36,7 +36,7 @@ const std::vector<std::string> kAllVersions = {"001_initial", "002_queue_pauses"
                                                "009_queued_xid", "010_running_xid",
                                                "011_worker_running_xid", "012_worker_stops",
                                                "013_queue_floors", "014_worker_running_floor",
-                                               "015_limit_starts_started_at", "016_worker_stop_running_ids"};
+                                               "015_limit_starts_started_at"};
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 template <typename F>
@@ -97,7 +97,7 @@ TEST_CASE("migrations: the embedded migrations are 001-003 in order", "[migratio
     CHECK_FALSE(m.sql.empty());
   }
   CHECK(versions == kAllVersions);
-  CHECK(ExpectedSchemaVersion() == "016_worker_stop_running_ids");
+  CHECK(ExpectedSchemaVersion() == "015_limit_starts_started_at");
 }
 
 TEST_CASE("migrations: Migrate applies every version in order, then nothing",
@@ -294,7 +294,6 @@ TEST_CASE("migrations: akadze.jobs has akadze's columns plus limit_key", "[migra
                               "worker_stops.from_xid:xid8:NO",
                               "worker_stops.points:ARRAY:NO",
                               "worker_stops.stopped_at:timestamp with time zone:NO",
-                              "worker_stops.running_ids:ARRAY:NO",
                               "workers.id:uuid:NO",
                               "workers.hostname:text:NO",
                               "workers.pid:integer:NO",
@@ -602,8 +601,7 @@ TEST_CASE("migrations: akadzed migrate --database-url applies, then reports up t
                                                            "applied 012_worker_stops",
                                                            "applied 013_queue_floors",
                                                            "applied 014_worker_running_floor",
-                                                           "applied 015_limit_starts_started_at",
-                                                           "applied 016_worker_stop_running_ids"});
+                                                           "applied 015_limit_starts_started_at"});
   CHECK(first.err.empty());
 
   test::CommandResult second = test::RunAkadzed({"migrate", "--database-url", url});
