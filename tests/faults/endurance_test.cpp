@@ -91,6 +91,7 @@
 #include <nlohmann/json.hpp>
 
 #include "faults/fault_scenario.h"
+#include "claim/claim_transaction.h"
 #include "claim/queue_counts.h"
 #include "pg/connection.h"
 #include "pg/transaction.h"
@@ -635,6 +636,17 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   auto measure_shared = [&](std::map<std::string, double>& out) {
     out["rescue (lost jobs, ttl 1 h)"] = TimeMs([&] { RescueLostJobs(probe, 3600LL * 1000000); });
     out["queued sweep"] = TimeMs([&] { SweepQueuedJobs(probe, 100); });
+    // A claim of a capped queue (akadze.queue_caps): it counts the queue's
+    // running jobs first. A queue nobody serves, empty: the head, the cap's
+    // count and an empty window, rolled back.
+    {
+      SetQueueCap(probe, "endurance cap probe", 10);
+      ClaimRequest capped;
+      capped.queue = "endurance cap probe";
+      capped.slots = kSlots;
+      capped.dry_run = true;
+      out["claim of a capped queue (dry run, nothing queued)"] = TimeMs([&] { RunClaim(probe, capped); });
+    }
     // A finish as a daemon's finisher sends it: a job of a queue nobody
     // serves, made running under a worker id of the test's, written
     // succeeded (each of five: written, then timed alone).
