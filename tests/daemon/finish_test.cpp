@@ -394,6 +394,29 @@ TEST_CASE("the rescue finds a job of a worker with no row wherever its id sorts"
   CHECK(got == kept);
 }
 
+// `n` jobs made running under `worker_id` now, by INSERT.
+void StartJobs(pg::Connection& conn, const std::string& worker_id, int n) {
+  conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
+            " SELECT 't', 'running', 1, $1::uuid, now() FROM generate_series(1, $2::int)",
+            pg::Params().add(worker_id).add(n));
+}
+
+// Every running job succeeds: under a held horizon their entries in
+// jobs_running_worker_idx stay, dead.
+void FinishAllRunning(pg::Connection& conn) {
+  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN"
+            " (SELECT id FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE)");
+}
+
+// One job running under `worker_id`, started a minute ago (past the
+// rescue's ttl in these tests); its id.
+std::int64_t JobStartedAMinuteAgo(pg::Connection& conn, const std::string& worker_id) {
+  return conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
+                   " VALUES ('t', 'running', 1, $1::uuid, now() - interval '1 minute') RETURNING id",
+                   pg::Params().add(worker_id))
+      .int64(0, 0);
+}
+
 // Issue 41, goal 2: while another session holds the horizon back, a live
 // worker's entries in jobs_running_worker_idx are every job it ran since.
 // The rescue reads none of them (before: an anti-join of every running
@@ -407,15 +430,9 @@ TEST_CASE("under a held horizon the rescue reads no entry of a live worker", "[l
   RegisterWorker(conn, alive);
   test::HeldHorizon held(report);
   // 3,000 jobs the live worker ran and finished: dead entries, kept.
-  conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
-            " SELECT 't', 'running', 1, $1::uuid, now() FROM generate_series(1, 3000)",
-            pg::Params().add(alive.id));
-  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN"
-            " (SELECT id FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE)");
-  const std::int64_t orphan =
-      conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
-                " VALUES ('t', 'running', 1, gen_random_uuid(), now() - interval '1 minute') RETURNING id")
-          .int64(0, 0);
+  StartJobs(conn, alive.id, 3000);
+  FinishAllRunning(conn);
+  const std::int64_t orphan = JobStartedAMinuteAgo(conn, RandomUuid());
   // Planned as under a held horizon: the statistics count live rows only.
   conn.exec("ANALYZE akadze.jobs");
   test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 3000; });
@@ -523,19 +540,13 @@ TEST_CASE("under a held horizon a reconcile read with a floor reads only the rou
   pg::Connection stats = pg::Connection::Open(db);
   const std::string worker = RandomUuid();
   test::HeldHorizon held(report);
-  auto started = [&](int n) {
-    conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
-              " SELECT 't', 'running', 1, $1::uuid, now() FROM generate_series(1, $2::int)",
-              pg::Params().add(worker).add(n));
-  };
   // 3,000 jobs the worker ran and finished: dead entries, kept.
-  started(3000);
-  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN"
-            " (SELECT id FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE)");
-  started(5);
+  StartJobs(conn, worker, 3000);
+  FinishAllRunning(conn);
+  StartJobs(conn, worker, 5);
   OwnedJobsFloor floor;
   CHECK(OwnedRunningJobs(conn, worker, 0, &floor).size() == 5);
-  started(10);
+  StartJobs(conn, worker, 10);
   // Planned as under a held horizon: the statistics count live rows only.
   conn.exec("ANALYZE akadze.jobs");
   test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 3000; });
@@ -656,12 +667,9 @@ TEST_CASE("under a held horizon the rescue reads no entry of a worker that stopp
   for (const WorkerIdentity& w : {stopped, died}) {
     RegisterWorker(conn, w);
     // 3,000 jobs each ran and finished: dead entries, kept.
-    conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
-              " SELECT 't', 'running', 1, $1::uuid, now() FROM generate_series(1, 3000)",
-              pg::Params().add(w.id));
+    StartJobs(conn, w.id, 3000);
   }
-  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN"
-            " (SELECT id FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE)");
+  FinishAllRunning(conn);
   DeregisterWorker(conn, stopped.id);
   StopHeartbeats(conn, died.id);
   // The round that removes the dead worker's row reads its entries, once,
@@ -671,11 +679,7 @@ TEST_CASE("under a held horizon the rescue reads no entry of a worker that stopp
   conn.exec("ANALYZE akadze.jobs");
   test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 6000; });
   const std::int64_t before = test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx");
-  const std::int64_t orphan =
-      conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
-                " VALUES ('t', 'running', 1, $1::uuid, now() - interval '1 minute') RETURNING id",
-                pg::Params().add(stopped.id))
-          .int64(0, 0);
+  const std::int64_t orphan = JobStartedAMinuteAgo(conn, stopped.id);
   CHECK(RescuedIds(conn) == std::set<std::int64_t>{orphan});
   test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 6001; });
   // The orphan's entry, and at most a few more where the ranges begin.
@@ -717,17 +721,10 @@ TEST_CASE("under a held horizon the rescue reads no dead entry of a worker that 
   const WorkerIdentity stopped{RandomUuid(), "h", 2, {"default"}};
   RegisterWorker(conn, stopped);
   test::HeldHorizon held(report);
-  conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
-            " SELECT 't', 'running', 1, $1::uuid, now() FROM generate_series(1, 3000)",
-            pg::Params().add(stopped.id));
-  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN"
-            " (SELECT id FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE)");
+  StartJobs(conn, stopped.id, 3000);
+  FinishAllRunning(conn);
   // Left running at its stop, started past the rescue's ttl.
-  const std::int64_t left =
-      conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
-                " VALUES ('t', 'running', 1, $1::uuid, now() - interval '1 minute') RETURNING id",
-                pg::Params().add(stopped.id))
-          .int64(0, 0);
+  const std::int64_t left = JobStartedAMinuteAgo(conn, stopped.id);
   DeregisterWorker(conn, stopped.id);
   CHECK(WorkerRows(conn, stopped.id) == 0);
   CHECK(conn.exec("SELECT s.from_xid <= j.running_xid FROM akadze.worker_stops s, akadze.jobs j"
@@ -738,11 +735,7 @@ TEST_CASE("under a held horizon the rescue reads no dead entry of a worker that 
   const std::int64_t before = test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx");
   // And one made running under its id after the stop (an application's
   // hand-written row): found in the range from the stop's snapshot on.
-  const std::int64_t later =
-      conn.exec("INSERT INTO akadze.jobs (task, state, run_count, worker_id, started_at)"
-                " VALUES ('t', 'running', 1, $1::uuid, now() - interval '1 minute') RETURNING id",
-                pg::Params().add(stopped.id))
-          .int64(0, 0);
+  const std::int64_t later = JobStartedAMinuteAgo(conn, stopped.id);
   CHECK(RescuedIds(conn) == std::set<std::int64_t>{left, later});
   test::AwaitStatistics(conn, [&] { return test::TableRowsUpdated(stats, "akadze.jobs") == 3002; });
   // The two jobs' entries, and at most a few more where the ranges begin.
@@ -776,8 +769,7 @@ TEST_CASE("under a held horizon the rescue reads a dead worker's jobs past its s
     return ids;
   };
   started(3000);
-  conn.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE id IN"
-            " (SELECT id FROM akadze.jobs WHERE (state = 'running') IS NOT FALSE)");
+  FinishAllRunning(conn);
   std::set<std::int64_t> running = started(5);
   OwnedJobsFloor floor;
   REQUIRE(OwnedRunningJobs(conn, died.id, 0, &floor).size() == 5);
