@@ -1,8 +1,5 @@
 #include "claim/stored_floor.h"
 
-#include <charconv>
-#include <string_view>
-
 #include "pg/params.h"
 #include "pg/result.h"
 
@@ -24,7 +21,7 @@ std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const st
   if (max_age) age_us = max_age->count();
   pg::Result r = conn.exec(
       "SELECT queue, CASE WHEN $3 OR jsonb_typeof(floor) <> 'object' THEN floor ELSE floor - 'running' END::text,"
-      " pg_snapshot_xmax(pg_current_snapshot())::text FROM akadze.queue_floors WHERE queue = ANY($1::text[])"
+      " pg_current_snapshot()::text FROM akadze.queue_floors WHERE queue = ANY($1::text[])"
       " AND ($2::int8 IS NULL OR set_at >= now() - $2::int8 * interval '1 microsecond')",
       pg::Params().add_array(queues).add(age_us).add(with_running));
   for (int i = 0; i < r.rows(); ++i) {
@@ -34,12 +31,10 @@ std::map<std::string, ClaimFloor> LoadQueueFloors(pg::Connection& conn, const st
     if (floor.empty()) continue;
     // A running floor past the transactions there are (only a hand-written
     // row) would hide the jobs made running from it on: none is used.
-    const std::string_view xmax_text = r.text(i, 2);
-    std::uint64_t xmax = 0;
-    const bool read = std::from_chars(xmax_text.data(), xmax_text.data() + xmax_text.size(), xmax).ec == std::errc{};
+    const std::optional<SnapshotXids> now = ParseSnapshot(r.text(i, 2));
     for (const auto& [key, f] : floor.running) {
-      bool past = !read || f.from_xid > xmax;
-      for (std::uint64_t p : f.points) past = past || p >= xmax;
+      bool past = !now || f.from_xid > now->xmax;
+      for (std::uint64_t p : f.points) past = past || p >= now->xmax;
       if (past) {
         floor.running.clear();
         break;
