@@ -95,6 +95,12 @@ struct ClaimFloor {
   // all on the same server. They are kept with an empty `levels` too, and
   // then S is still set.
   RunningFloors running;
+  // The queue's running floor, kept by the claims of a capped queue
+  // (akadze.queue_caps): what the last count of the queue's running jobs
+  // knew, for that count's snapshot (store/job_sql.h, QueueRunningJobsSql),
+  // and whether that count's role could read akadze.worker_stops.
+  std::optional<RunningFloor> queue_running;
+  bool queue_count_reads_stops = false;
 
   bool empty() const { return levels.empty(); }
   void clear() { *this = ClaimFloor{}; }

@@ -153,17 +153,36 @@ const std::string& HeadSql() {
   return sql;
 }
 
-// The queue's cap and its running jobs ($1 the queue); no row when it has
-// no cap, and then nothing is counted. Pipelined after the head: it starts
-// after the head took the claim lock, so its snapshot has every claim of
-// the queue before this one. The running jobs are found through
-// jobs_running_worker_idx (every running job of the cluster, filtered by
-// queue): a cost only capped queues pay, and no index write per job for
-// the queues that have none.
-constexpr const char* kQueueCapSql =
-    "SELECT c.max_running::int8,"
-    " (SELECT count(*) FROM akadze.jobs j WHERE j.state = 'running' AND j.queue = c.queue)"
-    " FROM akadze.queue_caps c WHERE c.queue = $1";
+// The queue's cap and its running jobs ($1 the queue), with the ids and the
+// statement's snapshot (the queue's next running floor) and whether the
+// role may read akadze.worker_stops; no row when it has no cap, and then
+// nothing is counted. Pipelined after the head: it starts after the head
+// took the claim lock, so its snapshot has every claim of the queue before
+// this one. The running jobs are read through jobs_running_worker_idx
+// (QueueRunningJobsSql, store/job_sql.h): with the queue's running floor
+// ($2 from_xid, $3 points, $4 ids: ClaimFloor::queue_running) past the
+// dead entries of the jobs the cluster ran while a held horizon keeps
+// them; without one, each registered worker past its stored floor. A cost
+// only capped queues pay, and no index write per job for the queues that
+// have none.
+const std::string& QueueCapSql(bool with_floor, bool with_stops) {
+  const auto make = [](const QueueRunningFloorSql* floor) {
+    return "SELECT c.max_running::int8, cardinality(r.ids)::int8, r.ids, " + std::string(kFloorSnapshotSql) +
+           ", has_table_privilege('akadze.worker_stops', 'SELECT')"
+           " FROM akadze.queue_caps c CROSS JOIN LATERAL (SELECT ARRAY(" + QueueRunningJobsSql("$1", floor) +
+           ") AS ids) r WHERE c.queue = $1";
+  };
+  static const std::string whole = make(nullptr);
+  static const std::string floored = [&] {
+    const QueueRunningFloorSql f{"$2::xid8", "$3::xid8[]", "$4::int8[]", false};
+    return make(&f);
+  }();
+  static const std::string floored_with_stops = [&] {
+    const QueueRunningFloorSql f{"$2::xid8", "$3::xid8[]", "$4::int8[]", true};
+    return make(&f);
+  }();
+  return !with_floor ? whole : with_stops ? floored_with_stops : floored;
+}
 
 // One claim: reads, key states, plan, the claiming statement; ClaimRun::Run
 // drives them. `one_at_a_time`: first wait for the queue's claim lock, so
@@ -214,9 +233,18 @@ class ClaimRun {
     } else if (given_) {
       // Nothing read (paused, fenced, capped, no free slot): the floor
       // still holds, for its own snapshot, with the running floors the
-      // first window's counts left.
+      // first window's counts and the cap's count left.
       outcome_.floor = *given_;
       outcome_.floor->running = running_;
+      SetQueueRunning(*outcome_.floor);
+    } else if (queue_running_) {
+      // A first claim that found its queue at its cap: its count's floor
+      // alone, for the next claim's count.
+      outcome_.floor.emplace();
+      outcome_.floor->snapshot = snapshot_;
+      outcome_.floor->server_started = server_started_;
+      outcome_.floor->running = running_;
+      SetQueueRunning(*outcome_.floor);
     }
     return Finish();
   }
@@ -262,7 +290,17 @@ class ClaimRun {
     const double per_slot =
         request_.first_window_per_slot > 0 ? request_.first_window_per_slot : FirstWindowSizer::kMaxPerSlot;
     options.first_window = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(expected * per_slot)));
-    const pg::Params cap_params = pg::Params().add(request_.queue);
+    // The queue's running floor, when the floor given has one (aging reads
+    // with none).
+    const std::optional<RunningFloor> queue_floor = given_ ? given_->queue_running : std::nullopt;
+    const bool queue_stops = given_ && given_->queue_count_reads_stops;
+    pg::Params cap_params = pg::Params().add(request_.queue);
+    if (queue_floor) {
+      cap_params.add(std::to_string(queue_floor->from_xid))
+          .add_array(XidTexts(queue_floor->points))
+          .add_array(queue_floor->ids);
+    }
+    const std::string& cap_sql = QueueCapSql(queue_floor.has_value(), queue_stops);
     pg::Result head;
     pg::Result cap;
     // The dead entries' count before the claim's first read (ClaimResult::
@@ -273,7 +311,7 @@ class ClaimRun {
       const pg::Statement levels = FindLevelsStatement(ctx_);
       const pg::PipelinedStatement first[] = {{HeadSql(), &head_params},
                                               dead_before,
-                                              {kQueueCapSql, &cap_params},
+                                              {cap_sql, &cap_params},
                                               {levels.sql, &levels.params()}};
       std::vector<pg::Result> got = tx_.pipeline(first);
       head = std::move(got[0]);
@@ -299,7 +337,7 @@ class ClaimRun {
       if (floor_) below = BelowFloorStatement(ctx_, *floor_);
       const pg::Statement window = WindowReader::FirstStatement(ctx_, reads_.front(), floor_, unlocked_);
       std::vector<pg::PipelinedStatement> first = {
-          {HeadSql(), &head_params}, dead_before, {kQueueCapSql, &cap_params}};
+          {HeadSql(), &head_params}, dead_before, {cap_sql, &cap_params}};
       if (floor_wanted_) first.push_back({snapshot.sql, &snapshot.params(), snapshot.prepare()});
       if (below) first.push_back({below->sql, &below->params(), below->prepare()});
       first.push_back({window.sql, &window.params(), window.prepare()});
@@ -321,6 +359,7 @@ class ClaimRun {
           given_ = nullptr;
           running_.clear();
           window_result = tx_.exec(WindowReader::FirstStatement(ctx_, reads_.front(), nullptr, unlocked_));
+          if (queue_floor) cap = tx_.exec(QueueCapSql(false, false), pg::Params().add(request_.queue));
         } else if (floor_) {
           below_ = RowsFrom(got[4]);
           result().floor_levels = static_cast<int>(floor_->levels.size());
@@ -329,6 +368,12 @@ class ClaimRun {
       }
       window_reader_.emplace(tx_, ctx_, head.is_null(0, 5) ? -1.0 : head.float64(0, 5), floor_, below_);
       first_window_ = window_reader_->FromResult(reads_.front(), window_result, unlocked_);
+    }
+    // The queue's next running floor, from this count (none without a cap).
+    if (floor_wanted_ && cap.rows() > 0) {
+      const std::optional<SnapshotXids> s = ParseSnapshot(cap.text(0, 3));
+      if (s) queue_running_ = RunningFloorAfter(*s, cap.int64_array(0, 2));
+      queue_count_reads_stops_ = cap.boolean(0, 4);
     }
     if (!head.boolean(0, 6)) {
       result().fenced = true;
@@ -630,11 +675,17 @@ class ClaimRun {
     // The keys' running floors hold on their own, so with no level floor
     // too; S and the server then say where they hold.
     next.running = running_;
+    SetQueueRunning(next);
     if (next.snapshot.empty()) {
       next.snapshot = snapshot_;
       next.server_started = server_started_;
     }
     return next;
+  }
+
+  void SetQueueRunning(ClaimFloor& floor) const {
+    floor.queue_running = queue_running_;
+    floor.queue_count_reads_stops = queue_count_reads_stops_;
   }
 
   // ClaimResult::rows_needed: the rows read at or before the plan's last
@@ -693,6 +744,9 @@ class ClaimRun {
   const ClaimFloor* given_;
   // The keys' running floors: the given floor's, then each count's.
   RunningFloors running_;
+  // The queue's running floor from this claim's cap count (none: no cap).
+  std::optional<RunningFloor> queue_running_;
+  bool queue_count_reads_stops_ = false;
   std::vector<ReadyRow> below_;
   // DeadEntriesStatement() before the first read.
   std::int64_t dead_before_ = 0;

@@ -133,6 +133,47 @@ std::string RunningJobsOfWorkerSql(std::string_view worker_id, std::string_view 
       worker_id, floor);
 }
 
+std::string QueueRunningJobsSql(std::string_view queue, const QueueRunningFloorSql* floor) {
+  // The ranges' bounds: registered workers (their stored floors along,
+  // for a count without a floor), then each one's next.
+  const std::string bounds =
+      floor != nullptr && floor->with_stops
+          ? fmt::format("SELECT id, NULL::jsonb AS running_floor FROM akadze.workers"
+                        " UNION SELECT id, NULL FROM (SELECT id FROM akadze.worker_stops"
+                        "   ORDER BY stopped_at DESC LIMIT {}) s",
+                        kQueueCountStops)
+          : std::string("SELECT id, running_floor FROM akadze.workers");
+  const std::string ws = "WITH ws AS MATERIALIZED (SELECT id, running_floor, lead(id) OVER (ORDER BY id) AS next"
+                         " FROM (" + bounds + ") b)";
+  // Each arm one index range (OFFSET 0 in a lateral one: a lookup per
+  // bound, not a join that reads the entries whole).
+  const auto of = [&](std::string_view where) {
+    return fmt::format("SELECT id FROM akadze.jobs WHERE state = 'running' AND {} AND queue = {}", where, queue);
+  };
+  if (floor == nullptr) {
+    return ws + " " + of("worker_id IS NULL") +
+           " UNION ALL " + of("worker_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ws)") +
+           " UNION ALL " + of("worker_id < (SELECT id FROM ws ORDER BY id LIMIT 1)") +
+           " UNION ALL SELECT x.id FROM ws CROSS JOIN LATERAL (SELECT r.id FROM " +
+           RunningJobsOfWorkerSql("ws.id", "ws.running_floor") + " r WHERE r.queue = " + std::string(queue) +
+           "   UNION ALL " + of("worker_id > ws.id AND worker_id < ws.next") +
+           "   UNION ALL " + of("ws.next IS NULL AND worker_id > ws.id") + " OFFSET 0) x";
+  }
+  // The rows S did not see, in the range `where`: from from_xid on, and at
+  // the points (usually none: the arm is then not run).
+  const auto since = [&](std::string_view where) {
+    return of(fmt::format("{} AND running_xid >= {}", where, floor->from_xid)) + " UNION ALL " +
+           of(fmt::format("cardinality({0}) > 0 AND {1} AND running_xid = ANY({0})", floor->points, where));
+  };
+  return ws + " SELECT id FROM akadze.jobs WHERE id = ANY(" + floor->ids + ")"
+         " AND (state = 'running') IS NOT FALSE AND queue = " + std::string(queue) +
+         " UNION " + since("worker_id IS NULL") +
+         " UNION " + since("worker_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ws)") +
+         " UNION " + since("worker_id < (SELECT id FROM ws ORDER BY id LIMIT 1)") +
+         " UNION SELECT x.id FROM ws CROSS JOIN LATERAL (" + since("worker_id >= ws.id AND worker_id < ws.next") +
+         "   UNION ALL " + since("ws.next IS NULL AND worker_id >= ws.id") + " OFFSET 0) x";
+}
+
 const std::string& RunningJobsOfWorkersSql() {
   static const std::string sql = "(SELECT r.queue, r.limit_key, r.worker_id FROM akadze.workers w"
                                  " CROSS JOIN LATERAL " + RunningJobsOfWorkerSql("w.id", "w.running_floor") + " r)";

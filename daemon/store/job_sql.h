@@ -107,6 +107,35 @@ const std::string& RunningJobsOfWorkersSql();
 // they name an outer row. Also the rescue's read of a dead worker's jobs.
 std::string RunningJobsOfWorkerSql(std::string_view worker_id, std::string_view stored_floor);
 
+// A queue's running jobs, every one whoever runs it (a queue cap's count,
+// claim/claim_transaction.cpp), as a query of one column, id, read through
+// jobs_running_worker_idx (worker_id, running_xid) without stepping over the
+// dead entries a held MVCC horizon keeps there: those of every job the
+// cluster ran since it was held. `queue` is an SQL expression of type text.
+//
+// Without `floor`: each registered worker's jobs as RunningJobsOfWorkerSql
+// reads them (its stored running floor: what a heartbeat round's claims
+// left), and whole the entries between the registered ids and those
+// without a worker (jobs of workers that left, or that no daemon wrote).
+// With `floor` (what the last count of the queue knew, for its snapshot S:
+// core/running_floor.h): the ids it found, by id, and the entries whose
+// running_xid S does not see, from_xid on and at the points, in every
+// range of worker ids: from each registered worker's id (and, with
+// `with_stops`, each of the last kQueueCountStops stopped workers' ids,
+// akadze.worker_stops) up to the next such id, below the first, and
+// without a worker. Within a range the entries of older transactions are
+// passed over in the index, without a visit of their rows: those of the
+// bounding worker are not read at all, those of workers between (ids
+// that left with no stop recorded) are read in the index only.
+struct QueueRunningFloorSql {
+  std::string from_xid;  // xid8
+  std::string points;    // xid8[]
+  std::string ids;       // int8[]
+  bool with_stops = false;  // the role may read akadze.worker_stops
+};
+inline constexpr int kQueueCountStops = 100;
+std::string QueueRunningJobsSql(std::string_view queue, const QueueRunningFloorSql* floor);
+
 // Settings local to a transaction whose statements each read a few rows of
 // akadze.jobs through an index (a claim, a finish): no table scan, hash or
 // merge join, so a plan joins row by row through an index. A generic plan

@@ -19,6 +19,10 @@
 //            per-key reads are what is measured, not the limits' waits)
 //   ordered_keys  the same keys in mode ordered (with `keys` at once, the
 //            two share the 1,000 limits rows and their caps)
+//   capped   mode fair, no limit key, the queue capped at its daemon's
+//            slots (akadze.queue_caps): every claim counts the queue's
+//            running jobs, the count that is measured (the cap itself
+//            does not bind at 1,000 no-op jobs/s)
 //
 // Figures per variant, fresh and at the end of the hold:
 //   - warm claim: the median of the warm runs of `akadzed claim --queue Q
@@ -196,6 +200,7 @@ struct Variant {
   std::string name;  // also the queue's name
   std::string mode;  // fair or ordered
   bool keys = false;
+  bool capped = false;
 };
 
 // Calls akadze.enqueue_many for rate / 20 jobs 20 times a second, on a fixed
@@ -441,12 +446,14 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
   const std::map<std::string, Variant> known{{"fair", Variant{"fair", "fair", false}},
                                              {"ordered", Variant{"ordered", "ordered", false}},
                                              {"keys", Variant{"keys", "fair", true}},
-                                             {"ordered_keys", Variant{"ordered_keys", "ordered", true}}};
+                                             {"ordered_keys", Variant{"ordered_keys", "ordered", true}},
+                                             {"capped", Variant{"capped", "fair", false, true}}};
   std::vector<VariantRun> runs;
   {
     std::istringstream names(EnvText("AKADZED_ENDURANCE_VARIANTS", "fair,ordered"));
     for (std::string name; std::getline(names, name, ',');) {
-      INFO("AKADZED_ENDURANCE_VARIANTS: unknown variant '" << name << "' (fair, ordered, keys, ordered_keys)");
+      INFO("AKADZED_ENDURANCE_VARIANTS: unknown variant '" << name
+                                                            << "' (fair, ordered, keys, ordered_keys, capped)");
       REQUIRE(known.count(name) == 1);
       runs.emplace_back();
       runs.back().v = known.at(name);
@@ -464,6 +471,12 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
         "INSERT INTO akadze.limits (key, max_running, max_starts, starts_window)"
         " SELECT 'k' || i, 4, 10, interval '1 second' FROM generate_series(0, $1::int - 1) AS i",
         pg::Params().add(kKeys));
+  }
+  for (auto& r : runs) {
+    if (r.v.capped) {
+      conn.exec("INSERT INTO akadze.queue_caps (queue, max_running) VALUES ($1, $2)",
+                pg::Params().add(r.v.name).add(kSlots));
+    }
   }
   std::cout << fmt::format("endurance: {} jobs/s per variant ({}), slots {}, no prefetch, hold {} s, "
                            "windows of {} s; load {}",

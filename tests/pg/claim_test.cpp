@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "store/limits_table.h"
+#include "store/worker_lease.h"
 #include "claim/claim_transaction.h"
 #include "claim/stored_floor.h"
 #include "claim/key_locks.h"
@@ -510,6 +511,111 @@ TEST_CASE("a queue cap is counted after the claim lock: a claim waiting behind a
   CHECK(got.queue_running == 3);
   CHECK(got.jobs.size() == 1);
   CHECK(test::JobsInState(conn, "running") == 4);
+}
+
+// Under a held horizon jobs_running_worker_idx keeps an entry for every job
+// the cluster ran since, dead: a capped queue's claim that counted the
+// queue's running jobs by reading it whole stepped over all of them. With
+// the queue's running floor (ClaimFloor::queue_running) a claim reads the
+// jobs the last count found and the entries made running since, per range
+// of worker ids. The count stays exact whoever makes a job of the queue
+// running between claims: a registered worker's claims, an UPDATE by hand
+// under a stopped worker's id, under an id no worker has, without a
+// worker, an INSERT; and it does not read the entries of a worker that
+// stopped (its stop recorded) during the hold.
+// [direct]: the reads are the server's statistics of each backend, which
+// PgBouncer's pooling would mix.
+TEST_CASE("under a held horizon a capped queue's claims count its running jobs exactly past the dead entries",
+          "[claim][queue_cap][floor][direct]") {
+  const std::string db = test::FreshDatabase();
+  pg::Connection conn = pg::Connection::Open(db);
+  pg::Connection writer = pg::Connection::Open(db);
+  pg::Connection report = pg::Connection::Open(db);
+  pg::Connection stats = pg::Connection::Open(db);
+  const std::string worker = "00000000-0000-4000-8000-00000000000a";
+  const std::string left = "00000000-0000-4000-8000-00000000000b";     // stops during the hold
+  const std::string unknown = "00000000-0000-4000-8000-00000000000c";  // never registered
+  RegisterWorker(conn, {worker, "h", 1, {"q"}});
+  RegisterWorker(conn, {left, "h", 2, {"q"}});
+  conn.exec("INSERT INTO akadze.jobs (task, queue, run_at) SELECT 't', 'q', now() - interval '1 hour' +"
+            " g * interval '1 millisecond' FROM generate_series(1, 3000) g");
+  conn.exec("INSERT INTO akadze.queue_caps (queue, max_running) VALUES ('q', 40)");
+  const auto running = [&] {
+    return writer.exec("SELECT count(*) FROM akadze.jobs WHERE state = 'running' AND queue = 'q'").int64(0, 0);
+  };
+  // Makes `n` queued jobs of the queue running by hand, as `as` (NULL: no worker).
+  const auto by_hand = [&](int n, std::optional<std::string> as) {
+    writer.exec("UPDATE akadze.jobs SET state = 'running', worker_id = $2::uuid, run_count = 1, started_at = now()"
+                " WHERE id IN (SELECT id FROM akadze.jobs WHERE state = 'queued' AND queue = 'q'"
+                "   ORDER BY id DESC LIMIT $1)",
+                pg::Params().add(n).add(as));
+  };
+  const auto finish = [&](const std::string& where) {
+    writer.exec("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() WHERE state = 'running' AND " + where);
+  };
+  test::HeldHorizon held(report);
+  // The worker that leaves runs 500 jobs during the hold, then stops.
+  for (int i = 0; i < 5; ++i) {
+    by_hand(100, left);
+    finish("worker_id = '" + left + "'");
+  }
+  DeregisterWorker(conn, left);
+
+  ClaimFloor floor;
+  ClaimRequest r;
+  r.queue = "q";
+  r.slots = 50;
+  r.worker_id = worker;
+  r.floor = &floor;
+  for (int i = 0; i < 30; ++i) {
+    switch (i % 5) {
+      case 0: by_hand(1, std::nullopt); break;
+      case 1: by_hand(2, left); break;
+      case 2: by_hand(1, unknown); break;
+      case 3:
+        writer.exec("INSERT INTO akadze.jobs (task, queue, state, run_count, started_at, worker_id) VALUES"
+                    " ('t', 'q', 'running', 1, now(), $1::uuid), ('t', 'other', 'running', 1, now(), $1::uuid)",
+                    pg::Params().add(worker));
+        break;
+      default: finish("queue = 'q' AND worker_id IS DISTINCT FROM '" + worker + "'"); break;
+    }
+    const std::int64_t expected = running();
+    ClaimResult got = RunClaim(conn, r);
+    INFO("claim " << i);
+    CHECK(got.queue_cap == 40);
+    CHECK(got.queue_running == expected);
+    CHECK(static_cast<std::int64_t>(got.jobs.size()) == std::max<std::int64_t>(0, 40 - expected));
+    CHECK(running() <= 40);
+    REQUIRE(floor.queue_running);
+    CHECK(floor.queue_count_reads_stops);
+    // The worker's jobs of the queue finish, but for one.
+    finish("queue = 'q' AND worker_id = '" + worker + "' AND id <> (SELECT min(id) FROM akadze.jobs"
+           " WHERE state = 'running' AND queue = 'q' AND worker_id = '" + worker + "')");
+  }
+  // The entries of jobs_running_worker_idx one claim reads: with the floor,
+  // those made running since the last claim; without it (a dry run, no
+  // stored worker floor), every job the cluster ran during the hold.
+  // (Each backend reports its counts as it goes idle after a statement
+  // that forces it: none of another statement's reads is counted.)
+  const auto entries_read = [&](const ClaimRequest& c) {
+    const std::int64_t expected = running();
+    writer.exec("SELECT pg_stat_force_next_flush()");
+    conn.exec("SELECT pg_stat_force_next_flush()");
+    const std::int64_t before = test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx");
+    ClaimResult got = RunClaim(conn, c);
+    CHECK(got.queue_running == expected);
+    conn.exec("SELECT pg_stat_force_next_flush()");
+    return test::IndexTuplesRead(stats, "akadze.jobs_running_worker_idx") - before;
+  };
+  const std::int64_t with_floor = entries_read(r);
+  ClaimRequest whole = r;
+  whole.floor = nullptr;
+  whole.dry_run = true;
+  const std::int64_t without = entries_read(whole);
+  INFO("entries read: with the floor " << with_floor << ", without " << without);
+  CHECK(without >= 1500);
+  CHECK(with_floor <= 100);
+  held.release();
 }
 
 TEST_CASE("slots counted at the lock: a claim takes what its caller freed while it waited for the claim lock",
