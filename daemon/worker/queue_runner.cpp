@@ -192,7 +192,21 @@ void QueueRunner::ReadStoredFloor(pg::Connection& conn) {
   if (floor_loaded_ != ServiceClock::time_point{} && now - floor_loaded_ < kStoredFloorReadEvery) return;
   floor_loaded_ = now;
   try {
-    floor_ = LoadQueueFloor(conn, queue_.name);
+    ClaimFloor loaded = LoadQueueFloor(conn, queue_.name);
+    // A floor of this connection's own claims with no level floor (the
+    // queue drained, or at its cap) still holds its counts' running
+    // floors: kept when nothing with levels is stored, and carried into
+    // a stored floor of the same server (each holds for its own count's
+    // snapshot there), so the next counts need not read whole.
+    if (!floor_.snapshot.empty()) {
+      if (loaded.empty()) return;
+      if (loaded.server_started == floor_.server_started) {
+        for (auto& [key, running] : floor_.running) RecordRunningFloor(loaded.running, key, std::move(running));
+        loaded.queue_running = std::move(floor_.queue_running);
+        loaded.queue_count_reads_stops = floor_.queue_count_reads_stops;
+      }
+    }
+    floor_ = std::move(loaded);
   } catch (const pg::SqlError& e) {
     // The role may not read it (docs/security.md): the claim reads from the
     // heads, as without a stored floor.
