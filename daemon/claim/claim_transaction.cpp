@@ -164,13 +164,17 @@ const std::string& HeadSql() {
 // dead entries of the jobs the cluster ran while a held horizon keeps
 // them; without one, each registered worker past its stored floor. A cost
 // only capped queues pay, and no index write per job for the queues that
-// have none.
+// have none. (OFFSET 0: `r` flattened into the outer query made each use of
+// r.ids a subplan of its own, and the count ran twice.) With stops
+// ($with_stops, what the last count's role could read): a grant revoked
+// since fails this claim, which clears its floor; the next counts without
+// one and learns.
 const std::string& QueueCapSql(bool with_floor, bool with_stops) {
   const auto make = [](const QueueRunningFloorSql* floor) {
     return "SELECT c.max_running::int8, cardinality(r.ids)::int8, r.ids, " + std::string(kFloorSnapshotSql) +
            ", has_table_privilege('akadze.worker_stops', 'SELECT')"
            " FROM akadze.queue_caps c CROSS JOIN LATERAL (SELECT ARRAY(" + QueueRunningJobsSql("$1", floor) +
-           ") AS ids) r WHERE c.queue = $1";
+           ") AS ids OFFSET 0) r WHERE c.queue = $1";
   };
   static const std::string whole = make(nullptr);
   static const std::string floored = [&] {
