@@ -105,8 +105,18 @@ std::string OwnedJobsSql(const std::string& of_worker) {
 
 std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,
                                        std::int64_t settled_us, OwnedJobsFloor* floor) {
-  // Without a floor: the worker's entries, all of them.
-  static const std::string kWhole = OwnedJobsSql("j.worker_id = $1::uuid AND j.state = 'running'");
+  // Without a floor of this connection: the worker's stored floor
+  // (akadze.workers.running_floor, which its heartbeats keep), read and
+  // checked as every other process reads it (RunningJobsOfWorkerSql: the
+  // same worker and server, transaction ids not gone back), or its entries
+  // whole when none is usable. Safe after a reconnect, a crash of the
+  // server among them: the row is as durable as the commits its snapshot
+  // saw (docs/claim.md, "Running floors"). Each job it finds is read again
+  // by id through jobs_pkey for the columns the keeper needs.
+  static const std::string kStored = OwnedJobsSql(
+      "j.id IN (SELECT r.id FROM " +
+      RunningJobsOfWorkerSql("$1::uuid", "(SELECT w.running_floor FROM akadze.workers w WHERE w.id = $1::uuid)") +
+      " r) AND j.worker_id = $1::uuid AND (j.state = 'running') IS TRUE");
   // With one: the ids the last read found, and the entries from from_xid
   // on ($3) and at each point ($4, a lookup each: OFFSET 0 keeps it from
   // being flattened into a join that reads all the worker's entries), by id
@@ -137,7 +147,7 @@ std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& 
                                   .add_array(floor->running.ids));
   }
   if (!since || rows.rows() == 0 || rows.text(0, 1) != floor->server_started) {
-    rows = conn.exec(kWhole, pg::Params().add(worker_id).add(settled_us));
+    rows = ExecAsIndexLookups(conn, "", kStored, pg::Params().add(worker_id).add(settled_us));
   }
   std::vector<OwnedJob> jobs;
   std::vector<std::int64_t> ids;

@@ -627,7 +627,9 @@ TEST_CASE("endurance: claims, latency and backlog stay level while a snapshot is
     f.statements_ms["claim --dry-run, its cold run (a new connection)"] = f.cold_claim_ms;
     f.statements_ms["claim --dry-run --repeat 11, the whole process"] = f.dry_run_wall_ms;
     f.statements_ms["heartbeat"] = TimeMs([&] { Heartbeat(probe, r.worker_id); });
-    f.statements_ms["reconcile, a whole read (no floor: a daemon's first round)"] =
+    // No floor of this connection (a lease connection replaced): from the
+    // floor the daemon's heartbeats stored.
+    f.statements_ms["reconcile without a floor in memory (after a reconnect): from the stored floor"] =
         TimeMs([&] { OwnedRunningJobs(probe, r.worker_id); });
     // Scrapes that read the database gauges: each 1.1 s after the last one
     // (the gauges' cache period is what is waited out); the median of three.
