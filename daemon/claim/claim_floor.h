@@ -71,6 +71,15 @@ struct RunningFloorArgs {
 };
 RunningFloorArgs RunningFloorsArgs(const RunningFloors* floors, const std::vector<std::string>* keys = nullptr);
 
+// What the last count of a capped queue's running jobs knew, for that
+// count's snapshot (store/job_sql.h, QueueRunningJobsSql), and whether that
+// count's role could read akadze.worker_stops (a count that reads them is
+// another statement).
+struct QueueRunningFloor {
+  RunningFloor running;
+  bool reads_stops = false;
+};
+
 struct ClaimFloor {
   // One position per priority level, highest priority first: that level's
   // floor (its `priority` is the level's). Levels without one are read from
@@ -96,11 +105,8 @@ struct ClaimFloor {
   // then S is still set.
   RunningFloors running;
   // The queue's running floor, kept by the claims of a capped queue
-  // (akadze.queue_caps): what the last count of the queue's running jobs
-  // knew, for that count's snapshot (store/job_sql.h, QueueRunningJobsSql),
-  // and whether that count's role could read akadze.worker_stops.
-  std::optional<RunningFloor> queue_running;
-  bool queue_count_reads_stops = false;
+  // (akadze.queue_caps).
+  std::optional<QueueRunningFloor> queue_running;
 
   bool empty() const { return levels.empty(); }
   void clear() { *this = ClaimFloor{}; }

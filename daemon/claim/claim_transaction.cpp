@@ -240,7 +240,7 @@ class ClaimRun {
       // first window's counts and the cap's count left.
       outcome_.floor = *given_;
       outcome_.floor->running = running_;
-      SetQueueRunning(*outcome_.floor);
+      outcome_.floor->queue_running = queue_running_;
     } else if (queue_running_) {
       // A first claim that found its queue at its cap: its count's floor
       // alone, for the next claim's count.
@@ -248,7 +248,7 @@ class ClaimRun {
       outcome_.floor->snapshot = snapshot_;
       outcome_.floor->server_started = server_started_;
       outcome_.floor->running = running_;
-      SetQueueRunning(*outcome_.floor);
+      outcome_.floor->queue_running = queue_running_;
     }
     return Finish();
   }
@@ -296,15 +296,14 @@ class ClaimRun {
     options.first_window = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(expected * per_slot)));
     // The queue's running floor, when the floor given has one (aging reads
     // with none).
-    const std::optional<RunningFloor> queue_floor = given_ ? given_->queue_running : std::nullopt;
-    const bool queue_stops = given_ && given_->queue_count_reads_stops;
+    const QueueRunningFloor* queue_floor = given_ && given_->queue_running ? &*given_->queue_running : nullptr;
     pg::Params cap_params = pg::Params().add(request_.queue);
     if (queue_floor) {
-      cap_params.add(std::to_string(queue_floor->from_xid))
-          .add_array(XidTexts(queue_floor->points))
-          .add_array(queue_floor->ids);
+      cap_params.add(std::to_string(queue_floor->running.from_xid))
+          .add_array(XidTexts(queue_floor->running.points))
+          .add_array(queue_floor->running.ids);
     }
-    const std::string& cap_sql = QueueCapSql(queue_floor.has_value(), queue_stops);
+    const std::string& cap_sql = QueueCapSql(queue_floor != nullptr, queue_floor && queue_floor->reads_stops);
     pg::Result head;
     pg::Result cap;
     // The dead entries' count before the claim's first read (ClaimResult::
@@ -376,8 +375,7 @@ class ClaimRun {
     // The queue's next running floor, from this count (none without a cap).
     if (floor_wanted_ && cap.rows() > 0) {
       const std::optional<SnapshotXids> s = ParseSnapshot(cap.text(0, 3));
-      if (s) queue_running_ = RunningFloorAfter(*s, cap.int64_array(0, 2));
-      queue_count_reads_stops_ = cap.boolean(0, 4);
+      if (s) queue_running_ = QueueRunningFloor{RunningFloorAfter(*s, cap.int64_array(0, 2)), cap.boolean(0, 4)};
     }
     if (!head.boolean(0, 6)) {
       result().fenced = true;
@@ -679,17 +677,12 @@ class ClaimRun {
     // The keys' running floors hold on their own, so with no level floor
     // too; S and the server then say where they hold.
     next.running = running_;
-    SetQueueRunning(next);
+    next.queue_running = queue_running_;
     if (next.snapshot.empty()) {
       next.snapshot = snapshot_;
       next.server_started = server_started_;
     }
     return next;
-  }
-
-  void SetQueueRunning(ClaimFloor& floor) const {
-    floor.queue_running = queue_running_;
-    floor.queue_count_reads_stops = queue_count_reads_stops_;
   }
 
   // ClaimResult::rows_needed: the rows read at or before the plan's last
@@ -749,8 +742,7 @@ class ClaimRun {
   // The keys' running floors: the given floor's, then each count's.
   RunningFloors running_;
   // The queue's running floor from this claim's cap count (none: no cap).
-  std::optional<RunningFloor> queue_running_;
-  bool queue_count_reads_stops_ = false;
+  std::optional<QueueRunningFloor> queue_running_;
   std::vector<ReadyRow> below_;
   // DeadEntriesStatement() before the first read.
   std::int64_t dead_before_ = 0;

@@ -203,7 +203,6 @@ void QueueRunner::ReadStoredFloor(pg::Connection& conn) {
       if (loaded.server_started == floor_.server_started) {
         for (auto& [key, running] : floor_.running) RecordRunningFloor(loaded.running, key, std::move(running));
         loaded.queue_running = std::move(floor_.queue_running);
-        loaded.queue_count_reads_stops = floor_.queue_count_reads_stops;
       }
     }
     floor_ = std::move(loaded);

@@ -602,13 +602,13 @@ TEST_CASE("under a held horizon a capped queue's claims count its running jobs e
     const std::int64_t expected = running();
     ClaimResult got = RunClaim(conn, r);
     INFO("claim " << i);
-    if (i == 13) CHECK_FALSE(floor.queue_running->points.empty());
+    if (i == 13) CHECK_FALSE(floor.queue_running->running.points.empty());
     CHECK(got.queue_cap == 40);
     CHECK(got.queue_running == expected);
     CHECK(static_cast<std::int64_t>(got.jobs.size()) == std::max<std::int64_t>(0, 40 - expected));
     CHECK(running() == std::max<std::int64_t>(expected, 40));
     REQUIRE(floor.queue_running);
-    CHECK(floor.queue_count_reads_stops);
+    CHECK(floor.queue_running->reads_stops);
     // The worker's jobs of the queue finish, but for one.
     finish("queue = 'q' AND worker_id = '" + worker + "' AND id <> (SELECT min(id) FROM akadze.jobs"
            " WHERE state = 'running' AND queue = 'q' AND worker_id = '" + worker + "')");
