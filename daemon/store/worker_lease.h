@@ -67,11 +67,12 @@ struct OwnedJobsFloor {
 // last read found, by id, and the worker's entries of
 // jobs_running_worker_idx (worker_id, running_xid) made running since its
 // snapshot (docs/claim.md, "Running floors"): what one heartbeat round's
-// claims left, however long the horizon is held. Without one (a first
-// round, a connection replaced), reads so from the floor its heartbeats
-// stored (akadze.workers.running_floor), as the rescue does; without a
-// usable stored one either, reads the worker's entries whole: every job it
-// ran while a held MVCC horizon keeps them. Either way, leaves
+// claims left, however long the horizon is held. Without one (a connection
+// replaced), reads so from the floor its heartbeats stored
+// (akadze.workers.running_floor), as the rescue does; without a usable
+// stored one either (a new worker id's first rounds, which have no
+// entries), reads the worker's entries whole: every job it ran while a held
+// MVCC horizon keeps them. Either way, leaves
 // in `floor` (when given) what this read knew; on an exception it is left
 // as it was (an older floor stays true, it only reads more).
 std::vector<OwnedJob> OwnedRunningJobs(pg::Connection& conn, const std::string& worker_id,

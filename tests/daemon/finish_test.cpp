@@ -585,8 +585,12 @@ TEST_CASE("under a held horizon a reconcile reads only the round's entries, with
   CHECK(OwnedIds(found) == now);
   // Through a new connection the floor in memory is not used (docs/claim.md:
   // a crash may hand out its transaction ids again); the stored one is.
+  // Here one that would find nothing if it were used.
   pg::Connection replaced = pg::Connection::Open(db);
   OwnedJobsFloor kept = stored;
+  kept.running.ids.clear();
+  kept.running.points.clear();
+  kept.running.from_xid = std::numeric_limits<std::int64_t>::max();
   CHECK(entries_read([&] { found = OwnedRunningJobs(replaced, worker, 0, &kept); }) <= 13);
   CHECK(OwnedIds(found) == now);
   CHECK(kept.connection == replaced.serial());
