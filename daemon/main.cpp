@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   akadzed::cli::Action action;
   akadzed::cli::AddRunCommand(app, action);
   akadzed::cli::AddCheckConfigCommand(app, action);
+  akadzed::cli::AddPeriodicCommand(app, action);
   akadzed::cli::AddMigrateCommand(app, action);
   akadzed::cli::AddClaimCommand(app, action);
   akadzed::cli::AddLimitsCommand(app, action);

@@ -30,6 +30,8 @@ void AddDemoCommand(CLI::App& app, Action& action);
 void AddLessonCommand(CLI::App& app, Action& action);
 void AddRunCommand(CLI::App& app, Action& action);
 void AddCheckConfigCommand(CLI::App& app, Action& action);
+// periodic next (cli/periodic_command.cpp).
+void AddPeriodicCommand(CLI::App& app, Action& action);
 // enqueue, jobs, queues, workers, status (cli/admin_commands.cpp).
 void AddAdminCommands(CLI::App& app, Action& action);
 

@@ -657,6 +657,14 @@ class Reader {
     } catch (const std::invalid_argument& e) {
       Fail(cron ? *cron : *every, e.what());
     }
+    if (const Item* zone = Find(fields, "timezone")) {
+      if (every) Fail(*zone, "applies to cron entries only (an every entry counts real time, in UTC)");
+      try {
+        p.schedule.zone = TimeZone::Locate(String(*zone, true));
+      } catch (const std::invalid_argument& e) {
+        Fail(*zone, e.what());
+      }
+    }
     if (const Item* task = Find(fields, "task")) p.task = String(*task, true);
     if (const Item* queue = Find(fields, "queue")) p.queue = String(*queue, true);
     if (const Item* args = Find(fields, "args")) {

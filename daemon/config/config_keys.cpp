@@ -39,6 +39,9 @@ std::int64_t Every(const PeriodicConfig& p) {
   return every ? every->IntervalUs() : 0;
 }
 
+// A periodic entry's time zone name, or "" for UTC.
+std::string Zone(const PeriodicConfig& p) { return p.schedule.zone ? p.schedule.zone->Name() : ""; }
+
 constexpr OnReload kApplied = OnReload::kApplied;
 constexpr OnReload kRestart = OnReload::kRestart;
 constexpr OnReload kPerKey = OnReload::kPerKey;
@@ -96,6 +99,7 @@ const ConfigKey kKeys[] = {
     {"periodic.*", "max_attempts", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.max_attempts; }); }},
     {"periodic.*", "overlap", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.overlap; }); }},
     {"periodic.*", "grace", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return e.grace_us; }); }},
+    {"periodic.*", "timezone", kRestart, [](Config a, Config b) { return AnyDiffers(a.periodic, b.periodic, [](const PeriodicConfig& e) { return Zone(e); }); }},
 
     {"hooks[]", "name", kRestart, [](Config a, Config b) { return AnyDiffers(a.hooks, b.hooks, [](const HookConfig& h) { return h.name; }); }},
     {"hooks[]", "from", kRestart, [](Config a, Config b) { return AnyDiffers(a.hooks, b.hooks, [](const HookConfig& e) { return e.from; }); }},

@@ -14,7 +14,7 @@ namespace akadzed {
 // akadze.periodic_runs.
 struct PeriodicConfig {
   std::string name;                              // key in periodic_runs
-  Schedule schedule = Schedule{EverySchedule(60'000'000)};
+  Schedule schedule = Schedule{EverySchedule(60'000'000), std::nullopt};
   std::string task;                              // defaults to the name
   std::string queue = "default";
   std::string args_json = "{}";                  // `args:` mapping as JSON

@@ -289,6 +289,7 @@ CronSchedule CronSchedule::Parse(std::string_view text) {
   schedule.weekdays_ = static_cast<std::uint8_t>(weekdays & 0x7f);
   schedule.days_star_ = fields[2].front() == '*';
   schedule.weekdays_star_ = fields[4].front() == '*';
+  schedule.hours_star_ = fields[1].front() == '*';
   return schedule;
 }
 
@@ -366,6 +367,53 @@ std::optional<std::int64_t> CronSchedule::NextFireAfter(std::int64_t unix_second
   return std::nullopt;
 }
 
+bool CronSchedule::ShownBefore(const TimeZone& zone, const TimeZone::Period& period, std::int64_t local) {
+  if (period.begin <= kMinInstant) return false;
+  const TimeZone::Period before = zone.PeriodAt(period.begin - 1);
+  // The clock went back at period.begin: it showed the times from
+  // period.begin + period.offset up to period.begin + before.offset once
+  // already.
+  return before.offset_seconds > period.offset_seconds && local < period.begin + before.offset_seconds;
+}
+
+std::optional<std::int64_t> CronSchedule::NextFireAfterIn(const TimeZone& zone, std::int64_t unix_seconds) const {
+  if (unix_seconds < kMinInstant || unix_seconds > kMaxInstant) return std::nullopt;
+  const std::int64_t limit = std::min(unix_seconds + kSearchHorizonSeconds, kMaxInstant);
+  // Within one period of the zone the clock is UTC + offset, one to one, so
+  // the UTC search over the clock's seconds finds its next fire minute;
+  // past the period's end the search goes on in the next period, from the
+  // clock's reading at its start. Each pass returns, moves past a time
+  // shown twice (a minute later), or moves to the next period: a few dozen
+  // passes over the horizon at most.
+  TimeZone::Period period = zone.PeriodAt(unix_seconds);
+  std::int64_t from_local = unix_seconds + period.offset_seconds;
+  for (int pass = 0; pass < 4096; ++pass) {
+    const std::optional<std::int64_t> local = NextFireAfter(from_local);
+    if (!local) return std::nullopt;
+    const std::int64_t instant = *local - period.offset_seconds;
+    if (instant < period.end) {
+      // After unix_seconds: the first period's clock reading is past its
+      // own, and a later period begins after it.
+      if (instant > limit) return std::nullopt;
+      if (!hours_star_ && ShownBefore(zone, period, *local)) {
+        from_local = *local;
+        continue;
+      }
+      return instant;
+    }
+    const TimeZone::Period next = zone.PeriodAt(period.end);
+    // The clock jumps from period.end + period.offset to period.end +
+    // next.offset: a time it skips fires at the jump.
+    if (!hours_star_ && next.offset_seconds > period.offset_seconds && *local < period.end + next.offset_seconds) {
+      return period.end <= limit ? std::optional<std::int64_t>(period.end) : std::nullopt;
+    }
+    if (period.end > limit) return std::nullopt;
+    from_local = period.end + next.offset_seconds - 1;
+    period = next;
+  }
+  return std::nullopt;
+}
+
 EverySchedule::EverySchedule(std::int64_t interval_us) : interval_us_(interval_us) {
   if (interval_us <= 0) {
     throw std::invalid_argument(
@@ -395,10 +443,11 @@ std::optional<std::int64_t> EverySchedule::NextFireAfter(std::int64_t unix_us) c
 
 std::optional<std::int64_t> Schedule::NextFireAfterUs(std::int64_t unix_us) const {
   return std::visit(
-      [unix_us](const auto& r) -> std::optional<std::int64_t> {
+      [this, unix_us](const auto& r) -> std::optional<std::int64_t> {
         if constexpr (std::is_same_v<std::decay_t<decltype(r)>, CronSchedule>) {
           // Cron fires on whole seconds F, and F*1e6 > unix_us iff F > floor(unix_us / 1e6).
-          const std::optional<std::int64_t> fire = r.NextFireAfter(FloorDiv(unix_us, 1'000'000));
+          const std::int64_t after = FloorDiv(unix_us, 1'000'000);
+          const std::optional<std::int64_t> fire = zone ? r.NextFireAfterIn(*zone, after) : r.NextFireAfter(after);
           if (!fire) return std::nullopt;
           return *fire * 1'000'000;
         } else {
@@ -410,9 +459,9 @@ std::optional<std::int64_t> Schedule::NextFireAfterUs(std::int64_t unix_us) cons
 
 std::string Schedule::Describe() const {
   return std::visit(
-      [](const auto& r) -> std::string {
+      [this](const auto& r) -> std::string {
         if constexpr (std::is_same_v<std::decay_t<decltype(r)>, CronSchedule>) {
-          return fmt::format("cron {}", Quote(r.Text()));
+          return zone ? fmt::format("cron {} in {}", Quote(r.Text()), zone->Name()) : fmt::format("cron {}", Quote(r.Text()));
         } else {
           return fmt::format("every {}", FormatDuration(r.IntervalUs()));
         }

@@ -6,10 +6,11 @@
 // same fire instants (what the leaderless scheduler relies on: one row in
 // akadze.periodic_runs per fire instant).
 //
-// Time base: Unix time, UTC. Cron expressions are evaluated in UTC, never in
-// the local time zone, so daylight-saving transitions cannot skip or repeat
-// a fire. `every` schedules are aligned to the Unix epoch: their fire instants
-// are the multiples of the interval.
+// Time base: Unix time, UTC. Cron expressions are evaluated in UTC, or in
+// the time zone a periodic entry names (NextFireAfterIn; never the
+// process's local time zone), where daylight-saving transitions follow the
+// rules stated there. `every` schedules are aligned to the Unix epoch:
+// their fire instants are the multiples of the interval.
 //
 // Thread-safety: CronSchedule, EverySchedule and Schedule are immutable values
 // once constructed; all their const member functions may be called from any
@@ -24,6 +25,8 @@
 #include <string>
 #include <string_view>
 #include <variant>
+
+#include "periodic/time_zone.h"
 
 namespace akadzed {
 
@@ -65,6 +68,22 @@ class CronSchedule {
   // steps (an impossible date searched over the whole horizon), typically a few.
   std::optional<std::int64_t> NextFireAfter(std::int64_t unix_seconds) const;
 
+  // The first fire instant strictly after `unix_seconds` with the fields
+  // read as the wall clock of `zone` (Unix seconds). The clock of a zone
+  // skips an hour (spring) and repeats one (autumn); what fires then:
+  // - A schedule that names its hours (the hour field does not start with
+  //   `*`: `30 2 * * *`, `0 8 * * 1-5`) fires once for each of its times
+  //   a day. A time the clock skips fires at the instant the clock jumps
+  //   (02:30 in New York's spring: at 03:00 EDT, 07:00 UTC; several times
+  //   in the skipped hour are that one instant, one fire); a time the
+  //   clock shows twice fires the first time only (01:30 EDT).
+  // - A schedule whose hour field starts with `*` (`*/15 * * * *`,
+  //   `0 */2 * * *`) follows the clock as it reads: nothing fires in the
+  //   hour that is skipped, and the repeated hour fires twice, so an
+  //   interval of real time between fires stays what it is.
+  // nullopt as NextFireAfter (the horizon counted from `unix_seconds`).
+  std::optional<std::int64_t> NextFireAfterIn(const TimeZone& zone, std::int64_t unix_seconds) const;
+
   // True if the minute containing `unix_seconds` (UTC) is a fire minute.
   bool Matches(std::int64_t unix_seconds) const;
 
@@ -75,6 +94,10 @@ class CronSchedule {
   CronSchedule() = default;
 
   bool DayMatches(int day_of_month, int month, int weekday) const;
+  // True if the wall-clock time `local` of `period` (seconds, the fields'
+  // clock) is also one of the period before it: the second time the clock
+  // shows it.
+  static bool ShownBefore(const TimeZone& zone, const TimeZone::Period& period, std::int64_t local);
 
   std::string text_;
   std::uint64_t minutes_ = 0;  // bit m: minute m, 0..59
@@ -84,6 +107,7 @@ class CronSchedule {
   std::uint8_t weekdays_ = 0;  // bit w: weekday w, 0..6, 0 = Sunday
   bool days_star_ = false;     // day-of-month field starts with '*'
   bool weekdays_star_ = false; // day-of-week field starts with '*'
+  bool hours_star_ = false;    // hour field starts with '*'
 };
 
 // Fires every `interval` microseconds, at the multiples of the interval since
@@ -111,16 +135,20 @@ class EverySchedule {
 // Either kind, as a periodic entry of the configuration holds it.
 struct Schedule {
   std::variant<CronSchedule, EverySchedule> rule;
+  // A cron rule's clock (config: `timezone`); UTC without one. An `every`
+  // rule has none (config load refuses one).
+  std::optional<TimeZone> zone;
 
   // Throw std::invalid_argument as CronSchedule::Parse / EverySchedule::Parse.
-  static Schedule Cron(std::string_view text) { return Schedule{CronSchedule::Parse(text)}; }
-  static Schedule Every(std::string_view text) { return Schedule{EverySchedule::Parse(text)}; }
+  static Schedule Cron(std::string_view text) { return Schedule{CronSchedule::Parse(text), std::nullopt}; }
+  static Schedule Every(std::string_view text) { return Schedule{EverySchedule::Parse(text), std::nullopt}; }
 
   // The first fire instant strictly after `unix_us`, in Unix microseconds;
   // nullopt as the rule's NextFireAfter.
   std::optional<std::int64_t> NextFireAfterUs(std::int64_t unix_us) const;
 
-  // One line for logs and the admin CLI: `cron "*/5 * * * *"` or `every 30s`.
+  // One line for logs and the admin CLI: `cron "*/5 * * * *"`,
+  // `cron "0 8 * * 1-5" in America/New_York` or `every 30s`.
   std::string Describe() const;
 };
 

@@ -786,6 +786,52 @@ TEST_CASE("bad configs give file:line and exit 78", "[daemon][config]") {
   CHECK(missing.err.find("nope.yaml") != std::string::npos);
 }
 
+// `akadzed periodic next` prints what the scheduler computes for an entry
+// (Schedule::NextFireAfterUs), here across New York's spring change, where
+// 02:30 does not exist and fires at the jump (docs/configuration.md).
+TEST_CASE("periodic next prints an entry's fires in UTC and on its zone's clock", "[daemon][config][periodic]") {
+  TempDir dir;
+  const std::string path = dir.Write(
+      "akadzed.yaml",
+      "queues:\n  - name: q\n    slots: 1\nhandlers:\n  t:\n    shell:\n      command: [\"true\"]\n"
+      "periodic:\n  nightly:\n    cron: \"30 2 * * *\"\n    timezone: America/New_York\n"
+      "  often:\n    every: 90s\n");
+  CommandResult r = RunAkadzed(
+      {"periodic", "next", "nightly", "--config", path, "--after", "2026-03-07T00:00:00Z", "--count", "3"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out ==
+        "nightly: cron \"30 2 * * *\" in America/New_York\n"
+        "2026-03-07T07:30:00Z  2026-03-07 02:30:00 EST\n"
+        "2026-03-08T07:00:00Z  2026-03-08 03:00:00 EDT\n"
+        "2026-03-09T06:30:00Z  2026-03-09 02:30:00 EDT\n");
+  CommandResult j = RunAkadzed({"periodic", "next", "often", "--config", path, "--after", "2026-03-07T00:00:00Z",
+                                "--count", "2", "--json"});
+  CHECK(j.exit_code == 0);
+  const nlohmann::json out = nlohmann::json::parse(j.out);
+  CHECK(out.at("schedule") == "every 1m30s");
+  CHECK(out.at("fires").size() == 2);
+  CHECK(out.at("fires")[0].at("utc") == "2026-03-07T00:01:30Z");
+  CHECK(out.at("fires")[0].at("abbreviation") == "UTC");
+  // An entry the file does not have, a bad time: usage (2), one line each.
+  CommandResult unknown = RunAkadzed({"periodic", "next", "weekly", "--config", path});
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.err == "akadzed periodic next: no periodic entry \"weekly\" in " + path +
+                           " (entries: nightly, often)\n");
+  CommandResult bad_time = RunAkadzed({"periodic", "next", "nightly", "--config", path, "--after", "tomorrow"});
+  CHECK(bad_time.exit_code == 2);
+  CHECK(Lines(bad_time.err).size() == 1);
+  // A zone the database does not have: a config error (78) at its line.
+  const std::string bad = dir.Write(
+      "bad.yaml",
+      "queues:\n  - name: q\n    slots: 1\nhandlers:\n  t:\n    shell:\n      command: [\"true\"]\n"
+      "periodic:\n  nightly:\n    cron: \"30 2 * * *\"\n    timezone: America/Gotham\n");
+  CommandResult zone = RunAkadzed({"periodic", "next", "nightly", "--config", bad});
+  CHECK(zone.exit_code == 78);
+  CHECK(zone.err.find("bad.yaml:11: periodic.nightly.timezone: timezone \"America/Gotham\"") != std::string::npos);
+  CHECK(Lines(zone.err).size() == 1);
+}
+
 TEST_CASE("READY=1 and STOPPING=1 arrive on the notify socket", "[daemon][systemd]") {
   DaemonFixture f;
   std::string socket_path = f.dir.path() + "/notify.sock";

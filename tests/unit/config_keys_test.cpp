@@ -135,6 +135,7 @@ TEST_CASE("a reload finds each changed restart key, and only that one", "[config
       {"periodic.*.priority", {"periodic: {a: {every: 1m}}\n", "periodic: {a: {every: 1m, priority: 5}}\n"}},
       {"periodic.*.max_attempts", {"periodic: {a: {every: 1m}}\n", "periodic: {a: {every: 1m, max_attempts: 5}}\n"}},
       {"periodic.*.overlap", {"periodic: {a: {every: 1m}}\n", "periodic: {a: {every: 1m, overlap: false}}\n"}},
+      {"periodic.*.timezone", {"periodic: {a: {cron: '0 8 * * *'}}\n", "periodic: {a: {cron: '0 8 * * *', timezone: Europe/Berlin}}\n"}},
       {"periodic.*.grace", {"periodic: {a: {every: 1m}}\n", "periodic: {a: {every: 1m, grace: 2m}}\n"}},
       {"hooks[].from", {"hooks: [{name: h, sql: SELECT 1}]\n", "hooks: [{name: h, sql: SELECT 1, from: queued}]\n"}},
       {"hooks[].to", {"hooks: [{name: h, sql: SELECT 1}]\n", "hooks: [{name: h, sql: SELECT 1, to: running}]\n"}},

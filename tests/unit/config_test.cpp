@@ -675,6 +675,20 @@ TEST_CASE("periodic entries: defaults, values and errors", "[config][periodic]")
         "F:7: periodic.p.max_attempts: expected an integer from 1 to 1000000, got \"0\"");
   CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {every: 1m, when: now}\n").starts_with(
       "F:7: periodic.p.when: unknown key (known: cron, every, task, queue, args,"));
+
+  // A cron entry's clock: a zone of the system's database.
+  const DaemonConfig zoned = ParseConfig(
+      kBase + "periodic:\n  p: {cron: \"0 8 * * 1-5\", timezone: America/New_York}\n",
+      (dir.path() / "c.yaml").string());
+  REQUIRE(zoned.periodic.size() == 1);
+  CHECK(zoned.periodic[0].schedule.Describe() == "cron \"0 8 * * 1-5\" in America/New_York");
+  // 2026-12-08 08:00 EST.
+  CHECK(zoned.periodic[0].schedule.NextFireAfterUs(1'796'688'000'000'000) == 1'796'734'800'000'000);
+  CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {cron: \"0 8 * * *\", timezone: Mars/Olympus}\n") ==
+        "F:7: periodic.p.timezone: timezone \"Mars/Olympus\": not in the system's time zone database "
+        "(/usr/share/zoneinfo)");
+  CHECK(ErrorOf(dir, kBase + "periodic:\n  p: {every: 1h, timezone: Europe/Berlin}\n") ==
+        "F:7: periodic.p.timezone: applies to cron entries only (an every entry counts real time, in UTC)");
 }
 
 TEST_CASE("hooks: filters, sql or plugin, and errors", "[config][hooks]") {
