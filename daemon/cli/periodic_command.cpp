@@ -30,25 +30,28 @@ struct PeriodicNextOptions {
   bool json = false;
 };
 
-// Unix seconds as `YYYY-MM-DD HH:MM:SS` of UTC shifted by `offset_seconds`.
-std::string Civil(std::int64_t unix_seconds, std::int64_t offset_seconds) {
+// Unix seconds of UTC shifted by `offset_seconds`, as `YYYY-MM-DD`
+// `separator` `HH:MM:SS` (years 1-9999: the schedules' range).
+std::string Civil(std::int64_t unix_seconds, std::int64_t offset_seconds, char separator) {
   const time_t t = static_cast<time_t>(unix_seconds + offset_seconds);
   struct tm tm {};
   gmtime_r(&t, &tm);
-  char text[32];
-  strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &tm);
-  return text;
+  return fmt::format("{:04}-{:02}-{:02}{}{:02}:{:02}:{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, separator,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
-// `YYYY-MM-DDTHH:MM:SSZ` as Unix seconds; invalid_argument otherwise.
+// `YYYY-MM-DDTHH:MM:SSZ` as Unix seconds; invalid_argument otherwise,
+// also for a time that does not exist (02-30, 24:00, 23:59:60), which the
+// parse alone would carry over into the next day.
 std::int64_t ParseUtc(const std::string& text) {
   struct tm tm {};
   const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  if (end == nullptr || *end != '\0') {
+  const std::int64_t seconds = static_cast<std::int64_t>(timegm(&tm));
+  if (end == nullptr || *end != '\0' || Civil(seconds, 0, 'T') + "Z" != text) {
     throw std::invalid_argument(
         fmt::format("--after \"{}\": expected a UTC time as YYYY-MM-DDTHH:MM:SSZ", text));
   }
-  return static_cast<std::int64_t>(timegm(&tm));
+  return seconds;
 }
 
 int PeriodicNext(const PeriodicNextOptions& o) {
@@ -81,7 +84,7 @@ int PeriodicNext(const PeriodicNextOptions& o) {
     }
     from_us = *next;
     const std::int64_t s = *next / 1'000'000;
-    const std::string utc = Civil(s, 0);
+    const std::string utc = Civil(s, 0, 'T') + "Z";
     std::int64_t offset = 0;
     std::string abbreviation = "UTC";
     if (entry->schedule.zone) {
@@ -89,14 +92,14 @@ int PeriodicNext(const PeriodicNextOptions& o) {
       offset = period.offset_seconds;
       abbreviation = period.abbreviation;
     }
-    const std::string local = Civil(s, offset);
+    const std::string local = Civil(s, offset, ' ');
     if (o.json) {
-      fires.push_back({{"utc", utc.substr(0, 10) + "T" + utc.substr(11) + "Z"},
+      fires.push_back({{"utc", utc},
                        {"local", local},
                        {"utc_offset_seconds", offset},
                        {"abbreviation", abbreviation}});
     } else {
-      std::cout << utc.substr(0, 10) << "T" << utc.substr(11) << "Z  " << local << " " << abbreviation << "\n";
+      std::cout << utc << "  " << local << " " << abbreviation << "\n";
     }
   }
   if (o.json) {

@@ -79,8 +79,9 @@ class CronSchedule {
   //   clock shows twice fires the first time only (01:30 EDT).
   // - A schedule whose hour field starts with `*` (`*/15 * * * *`,
   //   `0 */2 * * *`) follows the clock as it reads: nothing fires in the
-  //   hour that is skipped, and the repeated hour fires twice, so an
-  //   interval of real time between fires stays what it is.
+  //   hour that is skipped, and the repeated hour fires twice, so the real
+  //   time between fires stays what it is when they are an hour or less
+  //   apart (`0 */2 * * *` has a gap of 3 hours at each change).
   // nullopt as NextFireAfter (the horizon counted from `unix_seconds`).
   std::optional<std::int64_t> NextFireAfterIn(const TimeZone& zone, std::int64_t unix_seconds) const;
 

@@ -9,6 +9,14 @@
 namespace akadzed {
 
 TimeZone TimeZone::Locate(std::string_view name) {
+  // The database's `localtime` is a link to the host's /etc/localtime:
+  // daemons on hosts set to different zones would compute different fire
+  // instants, and each would enqueue its own.
+  if (name == "localtime") {
+    throw std::invalid_argument(
+        "timezone \"localtime\": the host's own zone, which may differ between hosts; name the zone "
+        "(e.g. Europe/Berlin)");
+  }
   try {
     const date::time_zone* zone = date::locate_zone(std::string(name));
     // Its file is read at the first lookup: here, at config load, so that

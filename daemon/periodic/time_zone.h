@@ -11,7 +11,7 @@
 //
 // Thread-safety: an immutable value (a pointer into the library's database,
 // which lives until exit and loads each zone's transitions once, under a
-// std::once_flag); any number of threads may call Period at once.
+// std::once_flag); any number of threads may call PeriodAt at once.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,8 @@ class TimeZone {
  public:
   // The zone named `name` (an IANA name: "America/New_York", "UTC").
   // Throws std::invalid_argument with a one-line message when the database
-  // has no such zone, e.g.
+  // has no such zone, or for `localtime` (the host's zone: hosts may
+  // differ, and every daemon must compute the same fire instants), e.g.
   //   timezone "Mars/Olympus": not in the system's time zone database (/usr/share/zoneinfo)
   static TimeZone Locate(std::string_view name);
 

@@ -818,9 +818,13 @@ TEST_CASE("periodic next prints an entry's fires in UTC and on its zone's clock"
   CHECK(unknown.exit_code == 2);
   CHECK(unknown.err == "akadzed periodic next: no periodic entry \"weekly\" in " + path +
                            " (entries: nightly, often)\n");
-  CommandResult bad_time = RunAkadzed({"periodic", "next", "nightly", "--config", path, "--after", "tomorrow"});
-  CHECK(bad_time.exit_code == 2);
-  CHECK(Lines(bad_time.err).size() == 1);
+  for (const char* after : {"tomorrow", "2026-02-30T00:00:00Z", "2026-03-07T24:00:00Z", "2026-3-7T00:00:00Z"}) {
+    CommandResult bad_time = RunAkadzed({"periodic", "next", "nightly", "--config", path, "--after", after});
+    INFO(after);
+    CHECK(bad_time.exit_code == 2);
+    CHECK(bad_time.err == std::string("akadzed periodic next: --after \"") + after +
+                              "\": expected a UTC time as YYYY-MM-DDTHH:MM:SSZ\n");
+  }
   // A zone the database does not have: a config error (78) at its line.
   const std::string bad = dir.Write(
       "bad.yaml",

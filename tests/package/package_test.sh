@@ -57,7 +57,7 @@ depends=$(field Depends)
 [ -n "$depends" ] || fail "control field Depends is empty"
 # The package names alone, one a line ("libpq5 (>= 9.0~), a | b" -> libpq5, a, b).
 depends_names=$(sed -E 's/\([^)]*\)//g; s/[,|]/\n/g' <<<"$depends" | awk 'NF {print $1}')
-for lib in 'libc6' 'libstdc\+\+6' 'libpq5' 'libspdlog[0-9.]+.*' 'libfmt[0-9]+' 'libyaml-cpp[0-9.]+'; do
+for lib in 'libc6' 'libstdc\+\+6' 'libpq5' 'libspdlog[0-9.]+.*' 'libfmt[0-9]+' 'libyaml-cpp[0-9.]+' 'libdate-tz[0-9]+' 'tzdata'; do
   grep -Eqx "$lib" <<<"$depends_names" || fail "Depends lacks ${lib//\\/}: $depends"
 done
 

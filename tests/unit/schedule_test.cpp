@@ -567,6 +567,14 @@ TEST_CASE("time zones: unknown names are refused in one line", "[schedule][timez
           "timezone \"Mars/Olympus\": not in the system's time zone database (/usr/share/zoneinfo)");
   }
   CHECK_THROWS_AS(TimeZone::Locate(""), std::invalid_argument);
+  CHECK_THROWS_AS(TimeZone::Locate("../../etc/passwd"), std::invalid_argument);
+  // The host's zone: refused, hosts may differ.
+  try {
+    TimeZone::Locate("localtime");
+    FAIL("no error");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).starts_with("timezone \"localtime\": the host's own zone"));
+  }
   CHECK(TimeZone::Locate("Europe/Berlin").Name() == "Europe/Berlin");
 }
 
