@@ -200,7 +200,6 @@ TEST_CASE("under a held horizon pruning reads the start marks the claims purged 
   // batch reads its own 100 and the last one deleted again at its start
   // (the floor is inclusive), and the entries at the young end's edge.
   CHECK(test::IndexTuplesRead(stats, "akadze.limit_starts_started_at_idx") - read <= 6000 + 31 * 3);
-  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 0);
   // The old end is done: the floor is its bound, past every dead entry.
   REQUIRE(floor.started_at_us);
   CHECK(conn.exec("SELECT $1::int8 >= (EXTRACT(EPOCH FROM now() - interval '61 minutes' - '2000-01-01 00:00:00+00'"
@@ -211,6 +210,13 @@ TEST_CASE("under a held horizon pruning reads the start marks the claims purged 
   CHECK(PruneBatch(conn, week, 100, &floor).start_marks == 0);
   test::AwaitStatistics(conn, [&] { return test::Scans(stats, "akadze.limit_starts_started_at_idx") >= next_scans + 2; });
   CHECK(test::IndexTuplesRead(stats, "akadze.limit_starts_started_at_idx") - next_read <= 3);
+  // Counted last: a count(*) may be planned as an index-only scan of
+  // limit_starts_started_at_idx (all 9,000 entries, dead ones too), and its
+  // statistics may reach the view only after the reads above were taken
+  // (a backend flushes them at most once a second). Before the round's
+  // reads, it is the likely cause of the one failure seen (CI of 6ae4891,
+  // under load: 9,000 read where the round reads at most 3).
+  CHECK(test::Count(conn, "SELECT count(*) FROM akadze.limit_starts") == 0);
   held.release();
 }
 
